@@ -1,0 +1,144 @@
+// The guest library: what a CUDA program's calls turn into. Async calls write an
+// entry into their stream's SPSC ring and return; sync calls post a request in
+// the calling thread's reply slot and wait for the answer. The client decides
+// the edges each entry carries (ARCHITECTURE.md, "Ordering rules").
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ordo/backend.h"
+#include "ordo/doorbell.h"
+#include "ordo/layout.h"
+#include "ordo/ops.h"
+#include "ordo/region.h"
+#include "ordo/status.h"
+
+namespace ordo {
+
+// A stream is its ring; the generation catches use after destroy.
+struct Stream {
+  uint32_t ring = kLegacyRing;
+  uint32_t generation = 0;
+};
+inline constexpr Stream kLegacyStream{};
+
+// An event handle as the worker issued it.
+struct Event {
+  uint64_t handle = 0;
+};
+
+struct ClientOptions {
+  // false: build no edges (the old prototype). Only for tests that must see
+  // ordering violations.
+  bool ordered = true;
+  // A call that waits this long on a worker whose heartbeat stopped fails with
+  // kDevicesUnavailable instead of hanging.
+  std::chrono::milliseconds worker_timeout{5000};
+};
+
+class Client {
+ public:
+  // `path`: a region file (/dev/shm/... on the host, a BAR2 resource file in a VM).
+  static std::unique_ptr<Client> attach(const std::string& path, std::string* error, ClientOptions options = {});
+  // Attaches to $ORDO_REGION.
+  static std::unique_ptr<Client> attach_from_env(std::string* error, ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Streams.
+  Status stream_create(Stream* out, uint64_t flags = 0, int priority = 0);
+  Status stream_destroy(Stream s);
+  Stream per_thread_stream();  // this thread's default stream (cudaStreamPerThread)
+  Status stream_synchronize(Stream s);
+  Status stream_query(Stream s);
+  Status stream_wait_event(Stream s, Event e);
+
+  // Events.
+  Status event_create(Event* out, uint32_t flags = 0);
+  Status event_destroy(Event e);
+  Status event_record(Event e, Stream s);
+  Status event_synchronize(Event e);
+  Status event_query(Event e);
+  Status event_elapsed(float* ms, Event start, Event end);
+
+  // Memory. Host pointers inside the pinned heap (malloc_host) are copied
+  // zero-copy; other host memory goes through the stream's staging window.
+  Status malloc(uint64_t* device_addr, uint64_t size);
+  Status free(uint64_t device_addr);  // waits for all work first, as cudaFree does
+  Status malloc_host(void** ptr, uint64_t size);
+  Status free_host(void* ptr);
+  bool is_pinned(const void* p, uint64_t size) const;
+  Status memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, Stream s);
+  Status memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s);  // pageable dst: returns when done
+  Status memcpy_d2d_async(uint64_t dst, uint64_t src, uint64_t size, Stream s);
+  Status memset_async(uint64_t dst, uint8_t value, uint64_t size, Stream s);
+  // Synchronous copies: after everything issued before, on the legacy stream.
+  Status memcpy_h2d(uint64_t dst, const void* src, uint64_t size);
+  Status memcpy_d2h(void* dst, uint64_t src, uint64_t size);
+
+  // Kernels.
+  Status kernel_lookup(const std::string& name, uint32_t* kernel);
+  Status launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
+                uint32_t shared_mem = 0);
+
+  // Device-wide.
+  Status device_synchronize();
+  Status null_call();         // a sync round trip that does nothing (benchmarks)
+  Status get_last_error();    // returns and clears this thread's last error
+  Status peek_last_error();
+
+  // Position the last entry this thread pushed on `s` got (tests).
+  uint64_t last_position(Stream s) const;
+  const Layout& layout() const { return region_->layout(); }
+  Region& region() { return *region_; }
+
+ private:
+  struct Ring;
+  struct EventState;
+  struct ThreadState;
+  struct SlotPool;
+
+  Client(std::unique_ptr<Region> region, ClientOptions options);
+  ThreadState& thread();
+  Status check_async_error(ThreadState& t);
+  Status finish(ThreadState& t, Status own);  // record last error, surface async errors
+  Ring* ring_of(Stream s);
+  // Appends `e` (with edges for its op's ordering role) to ring `r`; caller holds r.mu.
+  uint64_t push_locked(ThreadState& t, Ring& g, uint32_t r, Entry e, EventState* ev);
+  void write_entry(Ring& g, uint32_t r, const Entry& e);
+  void legacy_edges(Ring& g, uint32_t r, std::vector<Edge>* edges);
+  bool alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset);
+  void reclaim_staging(Ring& g, uint32_t r);
+  uint64_t push_fence_locked(ThreadState& t, Ring& g, uint32_t r);
+  Status wait_completed(uint32_t r, uint64_t pos);
+  Status call(Entry e, uint64_t* r0 = nullptr, uint64_t* r1 = nullptr, const std::string* payload = nullptr);
+  Status wait_worker(const std::atomic<uint64_t>& word, uint64_t target);
+  bool worker_alive();
+  void notify_worker();
+  EventState* event_of(Event e);
+  Status stream_op(Stream s, Entry e, EventState* ev = nullptr);
+  Status release_ring(ThreadState& t, uint32_t r);
+
+  std::unique_ptr<Region> region_;
+  const ClientOptions opt_;
+  DoorbellRinger bell_;
+  uint64_t session_;
+  std::vector<std::unique_ptr<Ring>> rings_;
+  std::mutex rings_mu_;  // ring allocation only
+  std::shared_ptr<SlotPool> slots_;
+  std::unique_ptr<std::atomic<EventState*>[]> events_;
+  std::mutex events_mu_;
+  struct Heap;
+  std::unique_ptr<Heap> heap_;
+  const uint64_t id_;
+};
+
+}  // namespace ordo

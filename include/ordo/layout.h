@@ -1,0 +1,140 @@
+// The shared region, byte for byte. Everything here lives in memory that the
+// guest can write at any time, so it holds offsets, never pointers, and every
+// field says which side writes it. The worker computes the layout itself
+// (Layout below) and never reads it back from the header.
+//
+//   0              RegionHeader                         4 KiB
+//   rings_off      RingControl[ring_count]              192 B each
+//   entries_off    Entry[ring_count][ring_capacity]     128 B each
+//   slots_off      ReplySlot[slot_count]                1 KiB each
+//   staging_off    staging window[ring_count]           staging_per_ring bytes each
+//   heap_off       pinned heap (cudaMallocHost)         the rest, guest-managed
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace ordo {
+
+inline constexpr size_t kCacheLine = 64;
+inline constexpr uint64_t kMagic = 0x314745524f44524fULL;  // "ORDOREG1"
+inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kMaxRings = 256;
+inline constexpr uint32_t kMaxSlots = 256;
+inline constexpr uint32_t kMaxEdges = 4;
+inline constexpr uint32_t kLegacyRing = 0;  // the legacy default stream, open from the start
+inline constexpr uint32_t kNoSlot = 0xffffffffu;
+
+// Stream flags (StreamCreate arg0).
+inline constexpr uint64_t kStreamNonBlocking = 1;
+
+// Where a memory operand lives. Kept in Entry::flags: dst in bits 0-1, src in bits 2-3.
+enum class MemKind : uint8_t {
+  Device = 0,   // a device address handed out by Malloc
+  Staging = 1,  // an offset into this ring's staging window
+  Pinned = 2,   // an offset into the pinned heap
+};
+constexpr uint16_t mem_flags(MemKind dst, MemKind src) {
+  return static_cast<uint16_t>(static_cast<unsigned>(dst) | static_cast<unsigned>(src) << 2);
+}
+constexpr MemKind dst_kind(uint16_t flags) { return static_cast<MemKind>(flags & 3); }
+constexpr MemKind src_kind(uint16_t flags) { return static_cast<MemKind>((flags >> 2) & 3); }
+
+// "Ring `ring` has dispatched at least `pos` entries": the entry carrying the
+// edge is dispatched only after that. Positions count entries since the region
+// was created and never wrap (64 bits).
+struct Edge {
+  uint32_t ring;
+  uint32_t reserved;
+  uint64_t pos;
+};
+
+// One call. Written by one guest thread, read once (copied out) by the worker.
+struct alignas(kCacheLine) Entry {
+  uint16_t op;          // ordo::Op
+  uint16_t flags;       // op-specific (MemKind pairs for Memcpy)
+  uint8_t edge_count;   // <= kMaxEdges
+  uint8_t reserved0[3];
+  uint32_t thread;      // reply slot of the issuing thread: where async errors go
+  uint32_t reserved1;
+  Edge edges[kMaxEdges];
+  uint64_t arg[6];      // see ops.def
+};
+static_assert(sizeof(Entry) == 128);
+
+inline constexpr size_t kRingEntryShift = 7;  // log2(sizeof(Entry))
+
+// Control block of one SPSC ring. Producer and consumer indices live on their
+// own cache lines; each side caches the other's index in private memory, not here,
+// so a hostile guest cannot make the worker trust a cached value.
+struct RingControl {
+  alignas(kCacheLine) std::atomic<uint64_t> tail;       // guest: entries published
+  alignas(kCacheLine) std::atomic<uint64_t> head;       // worker: entries dispatched
+  alignas(kCacheLine) std::atomic<uint64_t> completed;  // worker: entries known complete (advances at fences)
+};
+static_assert(sizeof(RingControl) == 3 * kCacheLine);
+
+inline constexpr size_t kSlotPayload = 512;
+
+// A guest thread's mailbox for synchronous calls and its async-error channel.
+struct ReplySlot {
+  Entry request;                                          // guest
+  alignas(kCacheLine) std::atomic<uint64_t> request_seq;  // guest: bump after writing request
+  alignas(kCacheLine) std::atomic<uint64_t> reply_seq;    // worker: == request_seq when answered
+  int32_t status;                                         // worker
+  uint32_t reserved;
+  uint64_t result[2];                                     // worker
+  alignas(kCacheLine) std::atomic<uint64_t> error_seq;    // worker: bumped per async error
+  int32_t error;                                          // worker: the latest async error
+  uint32_t error_op;                                      // worker: the op that failed
+  uint64_t error_pos;                                     // worker: its ring position
+  uint32_t error_ring;
+  alignas(kCacheLine) char payload[kSlotPayload];         // guest: kernel names etc.
+};
+static_assert(sizeof(ReplySlot) == 832);
+
+// Offsets and sizes. Written once by the worker when it creates the region.
+struct Layout {
+  uint64_t region_size;
+  uint32_t ring_count;
+  uint32_t ring_capacity;  // power of two
+  uint32_t slot_count;
+  uint32_t reserved;
+  uint64_t staging_per_ring;
+  uint64_t rings_off;
+  uint64_t entries_off;
+  uint64_t slots_off;
+  uint64_t staging_off;
+  uint64_t heap_off;
+  uint64_t heap_size;
+};
+
+struct RegionHeader {
+  // Line 0-1: immutable after creation (worker).
+  alignas(kCacheLine) uint64_t magic;
+  uint32_t version;
+  uint32_t header_size;
+  uint64_t session;          // random per worker start: a changed id means a new worker
+  Layout layout;
+  // Worker-written liveness and sleep state.
+  alignas(kCacheLine) std::atomic<uint64_t> heartbeat_ns;  // CLOCK_MONOTONIC of the host, advanced while serving
+  std::atomic<uint32_t> worker_sleeping;                   // 1: ring the doorbell after publishing
+  std::atomic<uint32_t> worker_state;                      // WorkerState
+  // Guest-written.
+  alignas(kCacheLine) std::atomic<uint64_t> slot_doorbell;  // bumped after posting a slot request
+  std::atomic<uint64_t> guest_session;                      // set by the attached guest
+  alignas(kCacheLine) std::atomic<uint64_t> ring_open[kMaxRings / 64];  // bitmap of rings in use
+};
+static_assert(sizeof(RegionHeader) <= 4096);
+inline constexpr uint64_t kHeaderSize = 4096;
+
+enum class WorkerState : uint32_t { kStarting = 0, kServing = 1, kStopped = 2 };
+
+// Region geometry chosen for a region of `size` bytes (a power of two, >= 1 MiB).
+// Returns false with no change to `out` when the size cannot hold a useful layout.
+bool plan_layout(uint64_t size, uint32_t ring_count, uint32_t ring_capacity, uint32_t slot_count,
+                 uint64_t staging_per_ring, Layout* out);
+bool plan_default_layout(uint64_t size, Layout* out);
+
+}  // namespace ordo

@@ -1,0 +1,59 @@
+// Mapping the shared region: a /dev/shm file on the host, the ivshmem BAR2
+// resource file in a guest. Same bytes either way (layout.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ordo/layout.h"
+
+namespace ordo {
+
+class Region {
+ public:
+  // Host side: creates (or resets) the file at `path`, sizes it and writes a fresh
+  // header with `layout` and a new random session id.
+  static std::unique_ptr<Region> create(const std::string& path, const Layout& layout, std::string* error);
+  // Maps an existing region whose layout the worker already wrote (an ivshmem BAR
+  // the host created). Nothing is trusted: callers validate().
+  static std::unique_ptr<Region> map(const std::string& path, std::string* error);
+
+  ~Region();
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+
+  // Guest side: checks magic, version and that the layout fits the mapping.
+  bool validate(std::string* error);
+
+  RegionHeader* header() const { return reinterpret_cast<RegionHeader*>(base_); }
+  const Layout& layout() const { return layout_; }
+  RingControl& ring(uint32_t r) const {
+    return reinterpret_cast<RingControl*>(base_ + layout_.rings_off)[r];
+  }
+  Entry* entries(uint32_t r) const {
+    return reinterpret_cast<Entry*>(base_ + layout_.entries_off) + uint64_t{r} * layout_.ring_capacity;
+  }
+  ReplySlot& slot(uint32_t s) const { return reinterpret_cast<ReplySlot*>(base_ + layout_.slots_off)[s]; }
+  std::byte* staging(uint32_t r) const {
+    return reinterpret_cast<std::byte*>(base_ + layout_.staging_off + uint64_t{r} * layout_.staging_per_ring);
+  }
+  std::byte* heap() const { return reinterpret_cast<std::byte*>(base_ + layout_.heap_off); }
+  std::byte* base() const { return reinterpret_cast<std::byte*>(base_); }
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Mapping;
+  Region() = default;
+  std::unique_ptr<Mapping> mapping_;
+  char* base_ = nullptr;
+  uint64_t size_ = 0;
+  Layout layout_{};
+  std::string path_;
+};
+
+// "64M", "1G", "16777216" -> bytes; 0 on a malformed string.
+uint64_t parse_size(const std::string& s);
+
+}  // namespace ordo

@@ -1,0 +1,80 @@
+// The CPU simulator backend: each stream is a host thread that runs its work in
+// order, device memory is host memory behind synthetic device addresses, and
+// kernels are host functions registered by name.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string_view>
+
+#include "ordo/backend.h"
+
+namespace ordo::sim {
+
+// Thrown by a kernel to fail its launch with `status` (reported as an async error).
+struct KernelError : std::runtime_error {
+  KernelError(Status s, const char* what) : std::runtime_error(what), status(s) {}
+  Status status;
+};
+
+class Device;
+
+// What a kernel sees. Device addresses in its arguments must be translated with
+// span(), which checks them against live allocations: a kernel never touches
+// memory the guest did not allocate.
+class KernelContext {
+ public:
+  KernelContext(Device& dev, Dim3 grid, Dim3 block, std::span<const std::byte> args)
+      : dev_(dev), grid_(grid), block_(block), args_(args) {}
+
+  Dim3 grid() const { return grid_; }
+  Dim3 block() const { return block_; }
+
+  // The argument buffer as one trivially copyable struct; its size must match exactly.
+  template <class T>
+  T args() const {
+    if (args_.size() != sizeof(T)) throw KernelError(Status::kInvalidValue, "kernel argument size mismatch");
+    T t;
+    std::memcpy(&t, args_.data(), sizeof(T));
+    return t;
+  }
+
+  template <class T>
+  T* span(uint64_t device_addr, uint64_t count) const {
+    return static_cast<T*>(translate(device_addr, count * sizeof(T)));
+  }
+
+  // A process-wide counter that orders kernel events across all streams.
+  uint64_t tick() const;
+
+ private:
+  void* translate(uint64_t device_addr, uint64_t bytes) const;
+  Device& dev_;
+  Dim3 grid_, block_;
+  std::span<const std::byte> args_;
+};
+
+using Kernel = void (*)(KernelContext&);
+
+// Registers a kernel under `name` (e.g. a mangled device name). Thread-safe;
+// re-registering a name replaces it.
+void register_kernel(std::string_view name, Kernel fn);
+
+std::unique_ptr<Backend> make_sim_backend();
+
+// Built-in kernels (sim_kernels.cc) with their argument structs, used by the
+// demo, the tests and the benchmarks.
+struct NoopArgs {};
+struct FillU32Args { uint64_t dst; uint64_t count; uint32_t value; uint32_t pad; };
+struct SlowCopyArgs { uint64_t dst; uint64_t src; uint64_t bytes; uint32_t sleep_us; uint32_t pad; };
+struct AddU64Args { uint64_t counter; uint64_t value; };
+struct Stamp { uint64_t start; uint64_t end; };
+struct StampArgs { uint64_t stamps; uint32_t index; uint32_t sleep_us; };
+struct VecAddArgs { uint64_t a; uint64_t b; uint64_t c; uint64_t n; };
+void register_builtin_kernels();
+
+}  // namespace ordo::sim

@@ -1,0 +1,128 @@
+// The host worker: polls a region's rings and reply slots, honours each entry's
+// edges, validates everything it copies out, and hands calls to a Backend.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ordo/backend.h"
+#include "ordo/doorbell.h"
+#include "ordo/layout.h"
+#include "ordo/ops.h"
+#include "ordo/region.h"
+
+namespace ordo {
+
+struct WorkerOptions {
+  // false: ignore edges, as the old prototype did. Only for tests that must
+  // show ordering violations; never for real guests.
+  bool ordered = true;
+  // != 0: hold each dispatchable entry for a random 0..chaos_max_hold_us, so
+  // tests see many interleavings of the rings (a schedule fuzzer).
+  uint64_t chaos_seed = 0;
+  uint32_t chaos_max_hold_us = 300;
+  // Idle policy: spin this long without work, then sleep on the doorbell for at
+  // most max_sleep (a lost ring costs at most that).
+  std::chrono::microseconds spin{200};
+  std::chrono::microseconds max_sleep{std::chrono::milliseconds(20)};
+  bool quiet = false;
+};
+
+struct WorkerStats {
+  std::array<uint64_t, kOpCount> ops{};  // dispatched, per op
+  uint64_t entries = 0;
+  uint64_t slot_requests = 0;
+  uint64_t edge_waits = 0;   // entries that found an edge not yet satisfied
+  uint64_t errors = 0;       // bad entries and failed calls
+  uint64_t sleeps = 0;
+  uint64_t wakeups_by_doorbell = 0;
+  std::string table() const;  // plain text, one line per non-zero counter
+  std::string json() const;   // one line
+};
+
+class Worker {
+ public:
+  Worker(Region& region, Backend& backend, WorkerOptions options = {});
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Serves until stop(); sleeps on the doorbell (if given) when idle.
+  void run(DoorbellWaiter* doorbell = nullptr);
+  void stop() { stop_.store(true, std::memory_order_relaxed); }
+  // One pass over rings and slots; true if anything moved.
+  bool poll_once();
+
+  WorkerStats stats() const;
+
+ private:
+  struct RingState {
+    uint64_t head = 0;        // next position to dispatch == entries dispatched
+    uint64_t published = 0;   // head as last stored to shared memory
+    bool staged = false;      // `entry` holds a validated copy of position head
+    bool created = false;
+    bool chaos_armed = false;
+    uint64_t chaos_until_ns = 0;
+    bool waited = false;      // counted in edge_waits already
+    bool bad_tail_logged = false;
+    Entry entry{};
+  };
+  struct SlotState {
+    uint64_t taken = 0;       // the last request_seq taken
+    bool staged = false;
+    bool waited = false;
+    uint64_t seq = 0;
+    Entry entry{};
+  };
+  struct EventState {
+    uint32_t generation = 1;
+    bool live = false;
+  };
+
+  bool poll_ring(uint32_t r);
+  bool poll_slots();
+  bool try_slot(uint32_t s);
+  Status check_edges(const Entry& e, uint32_t own_ring, std::string* why);
+  bool edges_ready(const Entry& e) const;
+  bool chaos_hold(bool& armed, uint64_t& until);
+  Status dispatch(uint32_t ring, const Entry& e, uint64_t pos);
+  void serve_slot(uint32_t s, const Entry& e, uint64_t seq);
+  Status resolve(MemKind kind, uint32_t ring, uint64_t addr, uint64_t size, MemOperand* out);
+  Status check_device_range(uint64_t addr, uint64_t size) const;
+  Status event_index(uint64_t handle, uint32_t* index) const;
+  void reply(uint32_t slot, uint64_t seq, Status s, uint64_t r0 = 0, uint64_t r1 = 0);
+  void async_error(const OpTag& tag, Status s);
+  void log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why);
+  uint64_t tail_of(uint32_t r) const;
+
+  Region& region_;
+  Backend& backend_;
+  const WorkerOptions opt_;
+  const Layout layout_;  // our own copy: the header is guest-writable
+  std::vector<RingState> rings_;
+  std::vector<SlotState> slots_;
+  std::vector<EventState> events_;
+  std::vector<uint32_t> free_events_;
+  std::map<uint64_t, uint64_t> allocations_;  // device address -> size, this guest's only
+  uint64_t slot_doorbell_seen_ = 0;
+  std::mt19937_64 chaos_rng_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex error_mu_;  // async errors come from backend threads too
+  // Written by the dispatch thread (errors also by backend threads), read by stats().
+  struct Counters {
+    std::array<std::atomic<uint64_t>, kOpCount> ops{};
+    std::atomic<uint64_t> entries{0}, slot_requests{0}, edge_waits{0}, errors{0}, sleeps{0}, wakeups{0};
+  } counters_;
+  uint32_t logged_ = 0;
+};
+
+}  // namespace ordo

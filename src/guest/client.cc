@@ -1,0 +1,836 @@
+#include "ordo/client.h"
+
+#include <immintrin.h>
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <boost/interprocess/managed_external_buffer.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <unordered_map>
+
+namespace ordo {
+
+namespace bip = boost::interprocess;
+
+namespace {
+
+std::atomic<uint64_t> g_next_client_id{1};
+
+uint64_t steady_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1000000;
+}
+
+constexpr uint64_t align16(uint64_t v) { return (v + 15) & ~uint64_t{15}; }
+
+}  // namespace
+
+// Guest-private state of one ring. Nothing here is visible to the worker.
+struct Client::Ring {
+  std::mutex mu;                       // producers that share this stream
+  uint64_t tail = 0;                   // next position to write
+  uint64_t head_cache = 0;             // worker's head as last read
+  std::atomic<uint64_t> published{0};  // tail, for other threads' edge snapshots
+  std::atomic<bool> open{false};
+  std::atomic<bool> blocking{true};
+  std::atomic<uint32_t> generation{0};
+  uint64_t legacy_seen = 0;            // legacy positions already covered by an edge from this ring
+  std::vector<uint64_t> covered;       // legacy ring only: per ring, positions already covered
+  uint64_t fence_end = 0;              // position just past the last fence
+  // Staging window: a byte FIFO released in ring order as entries complete.
+  uint64_t stage_head = 0, stage_tail = 0, fence_stage = 0;
+  std::deque<std::pair<uint64_t, uint64_t>> stage_marks;  // (position, stage_tail after it)
+};
+
+struct Client::EventState {
+  std::mutex mu;
+  uint64_t handle = 0;
+  bool recorded = false;
+  Edge record{};                                // the record the next user refers to
+  std::vector<std::pair<uint32_t, uint64_t>> waits;  // users since that record: a re-record follows them
+};
+
+struct Client::SlotPool {
+  std::mutex mu;
+  Client* client = nullptr;  // null once the client is gone
+  std::vector<uint32_t> free;
+};
+
+struct Client::ThreadState {
+  std::shared_ptr<SlotPool> pool;
+  uint32_t slot = kNoSlot;
+  uint64_t seq = 0;
+  uint64_t error_seen = 0;
+  Status last_error = Status::kSuccess;
+  uint64_t last_pos = 0;
+  Stream per_thread{kLegacyRing, 0};
+  bool has_per_thread = false;
+
+  ~ThreadState() {
+    if (!pool) return;
+    std::lock_guard lock(pool->mu);
+    if (!pool->client) return;
+    if (has_per_thread) pool->client->release_ring(*this, per_thread.ring);
+    if (slot != kNoSlot) pool->free.push_back(slot);
+  }
+};
+
+struct Client::Heap {
+  std::mutex mu;
+  std::unique_ptr<bip::managed_external_buffer> buf;
+};
+
+namespace {
+thread_local std::unordered_map<uint64_t, std::unique_ptr<void, void (*)(void*)>> t_states;
+}
+
+Client::Client(std::unique_ptr<Region> region, ClientOptions options)
+    : region_(std::move(region)),
+      opt_(options),
+      bell_(doorbell_path(region_->path())),
+      session_(region_->header()->session),
+      slots_(std::make_shared<SlotPool>()),
+      events_(new std::atomic<EventState*>[65536]),
+      heap_(std::make_unique<Heap>()),
+      id_(g_next_client_id.fetch_add(1)) {
+  const Layout& l = region_->layout();
+  rings_.reserve(l.ring_count);
+  for (uint32_t r = 0; r < l.ring_count; ++r) {
+    auto g = std::make_unique<Ring>();
+    g->tail = g->head_cache = region_->ring(r).tail.load(std::memory_order_acquire);
+    g->published.store(g->tail);
+    g->fence_end = g->tail;
+    rings_.push_back(std::move(g));
+  }
+  rings_[kLegacyRing]->open.store(true);
+  rings_[kLegacyRing]->covered.assign(l.ring_count, 0);
+  for (uint32_t s = l.slot_count; s-- > 0;) slots_->free.push_back(s);
+  slots_->client = this;
+  for (uint32_t i = 0; i < 65536; ++i) events_[i].store(nullptr, std::memory_order_relaxed);
+  if (l.heap_size >= 4096)
+    heap_->buf = std::make_unique<bip::managed_external_buffer>(bip::create_only, region_->heap(), l.heap_size);
+  region_->header()->guest_session.store(id_ ^ steady_ms(), std::memory_order_release);
+}
+
+Client::~Client() {
+  {
+    std::lock_guard lock(slots_->mu);
+    slots_->client = nullptr;
+  }
+  for (uint32_t i = 0; i < 65536; ++i) delete events_[i].load();
+}
+
+std::unique_ptr<Client> Client::attach(const std::string& path, std::string* error, ClientOptions options) {
+  auto region = Region::map(path, error);
+  if (!region) return nullptr;
+  if (!region->validate(error)) return nullptr;
+  if (region->header()->worker_state.load(std::memory_order_acquire) != uint32_t(WorkerState::kServing)) {
+    if (error) *error = "no worker is serving region " + path + " (start ordo-worker --region " + path + ")";
+    return nullptr;
+  }
+  if (const char* u = std::getenv("ORDO_UNORDERED"); u && *u == '1') options.ordered = false;
+  return std::unique_ptr<Client>(new Client(std::move(region), options));
+}
+
+std::unique_ptr<Client> Client::attach_from_env(std::string* error, ClientOptions options) {
+  const char* p = std::getenv("ORDO_REGION");
+  if (!p || !*p) {
+    if (error) *error = "ORDO_REGION is not set (set it to the region path the worker serves, e.g. /dev/shm/ordo)";
+    return nullptr;
+  }
+  return attach(p, error, options);
+}
+
+Client::ThreadState& Client::thread() {
+  auto it = t_states.find(id_);
+  if (it != t_states.end()) return *static_cast<ThreadState*>(it->second.get());
+  auto* t = new ThreadState();
+  t->pool = slots_;
+  {
+    std::lock_guard lock(slots_->mu);
+    if (!slots_->free.empty()) {
+      t->slot = slots_->free.back();
+      slots_->free.pop_back();
+    }
+  }
+  if (t->slot != kNoSlot) {
+    ReplySlot& s = region_->slot(t->slot);
+    t->seq = s.request_seq.load(std::memory_order_relaxed);
+    t->error_seen = s.error_seq.load(std::memory_order_acquire);
+  }
+  auto [pos, _] = t_states.emplace(id_, std::unique_ptr<void, void (*)(void*)>(
+                                            t, [](void* p) { delete static_cast<ThreadState*>(p); }));
+  return *static_cast<ThreadState*>(pos->second.get());
+}
+
+Status Client::check_async_error(ThreadState& t) {
+  if (t.slot == kNoSlot) return Status::kSuccess;
+  ReplySlot& s = region_->slot(t.slot);
+  const uint64_t seq = s.error_seq.load(std::memory_order_acquire);
+  if (seq == t.error_seen) return Status::kSuccess;
+  t.error_seen = seq;
+  return Status(s.error);
+}
+
+Status Client::finish(ThreadState& t, Status own) {
+  const Status async = check_async_error(t);
+  const Status result = ok(own) ? async : own;
+  if (!ok(result) && result != Status::kNotReady) t.last_error = result;
+  return result;
+}
+
+Status Client::get_last_error() {
+  ThreadState& t = thread();
+  Status s = finish(t, Status::kSuccess);
+  s = t.last_error;
+  t.last_error = Status::kSuccess;
+  return s;
+}
+
+Status Client::peek_last_error() {
+  ThreadState& t = thread();
+  finish(t, Status::kSuccess);
+  return t.last_error;
+}
+
+uint64_t Client::last_position(Stream) const {
+  auto it = t_states.find(id_);
+  return it == t_states.end() ? 0 : static_cast<ThreadState*>(it->second.get())->last_pos;
+}
+
+void Client::notify_worker() {
+  // Pairs with the worker's sleep handshake: publish, fence, then look at the flag.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (region_->header()->worker_sleeping.load(std::memory_order_relaxed)) bell_.ring();
+}
+
+bool Client::worker_alive() {
+  const RegionHeader* h = region_->header();
+  return h->session == session_ &&
+         h->worker_state.load(std::memory_order_acquire) == uint32_t(WorkerState::kServing);
+}
+
+Status Client::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) {
+  uint64_t beat = region_->header()->heartbeat_ns.load(std::memory_order_relaxed);
+  uint64_t beat_changed_ms = 0;
+  uint32_t sleep_us = 2;
+  for (uint64_t i = 0;; ++i) {
+    if (word.load(std::memory_order_acquire) >= target) return Status::kSuccess;
+    if (i < 2000) {
+      _mm_pause();
+      continue;
+    }
+    if (i < 2100) {
+      sched_yield();
+      continue;
+    }
+    // A guest cannot be woken across the VM boundary: poll with capped backoff.
+    timespec ts{0, long(sleep_us) * 1000};
+    nanosleep(&ts, nullptr);
+    sleep_us = std::min<uint32_t>(sleep_us * 2, 500);
+    if ((i & 63) == 0) {
+      notify_worker();
+      const uint64_t now = steady_ms();
+      const uint64_t b = region_->header()->heartbeat_ns.load(std::memory_order_relaxed);
+      if (b != beat || beat_changed_ms == 0) {
+        beat = b;
+        beat_changed_ms = now;
+      }
+      if (!worker_alive() || now - beat_changed_ms > uint64_t(opt_.worker_timeout.count()))
+        return Status::kDevicesUnavailable;
+    }
+  }
+}
+
+Client::Ring* Client::ring_of(Stream s) {
+  if (s.ring >= rings_.size()) return nullptr;
+  Ring* g = rings_[s.ring].get();
+  if (!g->open.load(std::memory_order_acquire) || g->generation.load(std::memory_order_relaxed) != s.generation)
+    return nullptr;
+  return g;
+}
+
+void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
+  RingControl& ctl = region_->ring(r);
+  const uint64_t cap = region_->layout().ring_capacity;
+  if (g.tail - g.head_cache >= cap) {
+    g.head_cache = ctl.head.load(std::memory_order_acquire);
+    if (g.tail - g.head_cache >= cap) {
+      notify_worker();
+      // Backpressure: the worker dispatches without guest help (edges point back), so this ends.
+      wait_worker(ctl.head, g.tail - cap + 1);
+      g.head_cache = ctl.head.load(std::memory_order_acquire);
+    }
+  }
+  std::memcpy(&region_->entries(r)[g.tail & (cap - 1)], &e, sizeof(Entry));
+  ++g.tail;
+  // On a write-combined BAR mapping the release store alone does not order the
+  // entry's stores before the index: the fence does.
+  _mm_sfence();
+  ctl.tail.store(g.tail, std::memory_order_release);
+  g.published.store(g.tail, std::memory_order_release);
+  notify_worker();
+}
+
+void Client::legacy_edges(Ring& g, uint32_t r, std::vector<Edge>* edges) {
+  if (r == kLegacyRing) {
+    // Legacy stream work follows everything published on blocking streams.
+    for (uint32_t q = 1; q < rings_.size(); ++q) {
+      Ring& o = *rings_[q];
+      if (!o.open.load(std::memory_order_acquire) || !o.blocking.load(std::memory_order_relaxed)) continue;
+      const uint64_t p = o.published.load(std::memory_order_acquire);
+      if (p > g.covered[q]) {
+        edges->push_back({q, 0, p});
+        g.covered[q] = p;
+      }
+    }
+  } else if (g.blocking.load(std::memory_order_relaxed)) {
+    // Blocking stream work follows everything published on the legacy stream.
+    const uint64_t p = rings_[kLegacyRing]->published.load(std::memory_order_acquire);
+    if (p > g.legacy_seen) {
+      edges->push_back({kLegacyRing, 0, p});
+      g.legacy_seen = p;
+    }
+  }
+}
+
+uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, Entry e, EventState* ev) {
+  std::vector<Edge> edges;
+  const Order order = info(static_cast<Op>(e.op)).order;
+  std::unique_lock<std::mutex> ev_lock;
+  if (ev) ev_lock = std::unique_lock(ev->mu);
+  if (opt_.ordered && order != Order::None) {
+    legacy_edges(g, r, &edges);
+    if (ev && order == Order::EventRead && ev->recorded) edges.push_back(ev->record);
+    if (ev && order == Order::EventWrite)
+      for (auto [q, p] : ev->waits) edges.push_back({q, 0, p});
+  }
+  e.thread = t.slot;
+  size_t i = 0;
+  // More edges than fit: earlier Nop entries on the same ring carry the rest.
+  while (edges.size() - i > kMaxEdges) {
+    Entry nop{};
+    nop.op = uint16_t(Op::Nop);
+    nop.thread = t.slot;
+    nop.edge_count = kMaxEdges;
+    for (uint32_t k = 0; k < kMaxEdges; ++k) nop.edges[k] = edges[i++];
+    write_entry(g, r, nop);
+  }
+  e.edge_count = uint8_t(edges.size() - i);
+  for (uint32_t k = 0; i < edges.size(); ++k) e.edges[k] = edges[i++];
+  const uint64_t pos = g.tail;
+  write_entry(g, r, e);
+  t.last_pos = pos;
+  if (ev && order == Order::EventWrite) {
+    ev->recorded = true;
+    ev->record = {r, 0, pos + 1};
+    ev->waits.clear();
+  } else if (ev && order == Order::EventRead) {
+    auto it = std::find_if(ev->waits.begin(), ev->waits.end(), [&](auto& w) { return w.first == r; });
+    if (it == ev->waits.end()) ev->waits.push_back({r, pos + 1});
+    else it->second = pos + 1;
+  }
+  return pos;
+}
+
+uint64_t Client::push_fence_locked(ThreadState& t, Ring& g, uint32_t r) {
+  Entry e{};
+  e.op = uint16_t(Op::Fence);
+  push_locked(t, g, r, e, nullptr);
+  g.fence_end = g.tail;
+  g.fence_stage = g.stage_tail;
+  return g.tail;
+}
+
+Status Client::wait_completed(uint32_t r, uint64_t pos) { return wait_worker(region_->ring(r).completed, pos); }
+
+void Client::reclaim_staging(Ring& g, uint32_t r) {
+  const uint64_t done = region_->ring(r).completed.load(std::memory_order_acquire);
+  while (!g.stage_marks.empty() && g.stage_marks.front().first < done) {
+    g.stage_head = g.stage_marks.front().second;
+    g.stage_marks.pop_front();
+  }
+}
+
+bool Client::alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset) {
+  const uint64_t w = region_->layout().staging_per_ring;
+  size = align16(size);
+  if (size > w / 2) return false;
+  for (;;) {
+    reclaim_staging(g, r);
+    const uint64_t cur = g.stage_tail % w;
+    const uint64_t skip = cur + size > w ? w - cur : 0;
+    if (g.stage_tail + skip + size - g.stage_head <= w) {
+      g.stage_tail += skip;
+      *offset = g.stage_tail % w;
+      g.stage_tail += size;
+      return true;
+    }
+    // Full: staging comes back as entries complete, which we learn at fences.
+    if (g.fence_end < g.tail) push_fence_locked(t, g, r);
+    const uint64_t want = g.stage_marks.empty() ? g.fence_end : g.stage_marks.front().first + 1;
+    if (!ok(wait_completed(r, want))) return false;
+  }
+}
+
+Status Client::stream_op(Stream s, Entry e, EventState* ev) {
+  ThreadState& t = thread();
+  Ring* g = ring_of(s);
+  if (!g) return finish(t, Status::kInvalidResourceHandle);
+  std::lock_guard lock(g->mu);
+  push_locked(t, *g, s.ring, e, ev);
+  return finish(t, Status::kSuccess);
+}
+
+// ---- streams ---------------------------------------------------------------
+
+Status Client::stream_create(Stream* out, uint64_t flags, int priority) {
+  ThreadState& t = thread();
+  if (!out || (flags & ~kStreamNonBlocking)) return finish(t, Status::kInvalidValue);
+  uint32_t r = 0;
+  {
+    std::lock_guard lock(rings_mu_);
+    for (uint32_t q = 1; q < rings_.size() && !r; ++q)
+      if (!rings_[q]->open.load()) r = q;
+    if (!r) return finish(t, Status::kLaunchOutOfResources);
+    Ring& g = *rings_[r];
+    std::lock_guard rl(g.mu);
+    g.blocking.store(!(flags & kStreamNonBlocking));
+    g.generation.fetch_add(1);
+    g.open.store(true, std::memory_order_release);
+  }
+  region_->header()->ring_open[r / 64].fetch_or(uint64_t{1} << (r % 64), std::memory_order_release);
+  Ring& g = *rings_[r];
+  Entry e{};
+  e.op = uint16_t(Op::StreamCreate);
+  e.arg[0] = flags;
+  e.arg[1] = uint64_t(int64_t(priority));
+  {
+    std::lock_guard lock(g.mu);
+    push_locked(t, g, r, e, nullptr);
+  }
+  *out = {r, g.generation.load()};
+  return finish(t, Status::kSuccess);
+}
+
+Status Client::release_ring(ThreadState& t, uint32_t r) {
+  Ring& g = *rings_[r];
+  {
+    std::lock_guard lock(g.mu);
+    Entry e{};
+    e.op = uint16_t(Op::StreamDestroy);
+    push_locked(t, g, r, e, nullptr);
+  }
+  std::lock_guard lock(rings_mu_);
+  g.open.store(false, std::memory_order_release);
+  return Status::kSuccess;
+}
+
+Status Client::stream_destroy(Stream s) {
+  ThreadState& t = thread();
+  if (s.ring == kLegacyRing || !ring_of(s)) return finish(t, Status::kInvalidResourceHandle);
+  return finish(t, release_ring(t, s.ring));
+}
+
+Stream Client::per_thread_stream() {
+  ThreadState& t = thread();
+  if (!t.has_per_thread) {
+    if (ok(stream_create(&t.per_thread, 0, 0))) t.has_per_thread = true;
+  }
+  return t.has_per_thread ? t.per_thread : kLegacyStream;
+}
+
+Status Client::stream_synchronize(Stream s) {
+  ThreadState& t = thread();
+  Ring* g = ring_of(s);
+  if (!g) return finish(t, Status::kInvalidResourceHandle);
+  uint64_t target;
+  {
+    std::lock_guard lock(g->mu);
+    if (region_->ring(s.ring).completed.load(std::memory_order_acquire) >= g->tail) return finish(t, Status::kSuccess);
+    target = g->fence_end == g->tail ? g->tail : push_fence_locked(t, *g, s.ring);
+  }
+  return finish(t, wait_completed(s.ring, target));
+}
+
+Status Client::stream_query(Stream s) {
+  ThreadState& t = thread();
+  Ring* g = ring_of(s);
+  if (!g) return finish(t, Status::kInvalidResourceHandle);
+  std::lock_guard lock(g->mu);
+  if (region_->ring(s.ring).completed.load(std::memory_order_acquire) >= g->tail) return finish(t, Status::kSuccess);
+  if (g->fence_end != g->tail) push_fence_locked(t, *g, s.ring);
+  return finish(t, Status::kNotReady);
+}
+
+// ---- events ----------------------------------------------------------------
+
+Client::EventState* Client::event_of(Event e) {
+  const uint32_t idx = uint32_t(e.handle);
+  if (idx >= 65536) return nullptr;
+  EventState* ev = events_[idx].load(std::memory_order_acquire);
+  if (!ev || ev->handle != e.handle) return nullptr;
+  return ev;
+}
+
+Status Client::event_create(Event* out, uint32_t flags) {
+  ThreadState& t = thread();
+  if (!out) return finish(t, Status::kInvalidValue);
+  Entry e{};
+  e.op = uint16_t(Op::EventCreate);
+  e.arg[0] = flags;
+  uint64_t h = 0;
+  Status s = call(e, &h);
+  if (!ok(s)) return finish(t, s);
+  const uint32_t idx = uint32_t(h);
+  if (idx >= 65536) return finish(t, Status::kIllegalState);
+  std::lock_guard lock(events_mu_);
+  EventState* ev = events_[idx].load();
+  if (!ev) {
+    ev = new EventState();
+    events_[idx].store(ev, std::memory_order_release);
+  }
+  std::lock_guard el(ev->mu);
+  ev->handle = h;
+  ev->recorded = false;
+  ev->waits.clear();
+  out->handle = h;
+  return finish(t, Status::kSuccess);
+}
+
+Status Client::event_destroy(Event e) {
+  ThreadState& t = thread();
+  EventState* ev = event_of(e);
+  if (!ev) return finish(t, Status::kInvalidResourceHandle);
+  Entry req{};
+  req.op = uint16_t(Op::EventDestroy);
+  req.arg[0] = e.handle;
+  {
+    std::lock_guard lock(ev->mu);
+    if (opt_.ordered && ev->recorded) {
+      req.edges[req.edge_count++] = ev->record;
+    }
+  }
+  Status s = call(req);
+  if (ok(s)) {
+    std::lock_guard lock(ev->mu);
+    ev->handle = 0;  // stale handles fail event_of from now on
+  }
+  return finish(t, s);
+}
+
+Status Client::event_record(Event e, Stream s) {
+  EventState* ev = event_of(e);
+  if (!ev) return finish(thread(), Status::kInvalidResourceHandle);
+  Entry en{};
+  en.op = uint16_t(Op::EventRecord);
+  en.arg[0] = e.handle;
+  return stream_op(s, en, ev);
+}
+
+Status Client::stream_wait_event(Stream s, Event e) {
+  EventState* ev = event_of(e);
+  if (!ev) return finish(thread(), Status::kInvalidResourceHandle);
+  Entry en{};
+  en.op = uint16_t(Op::StreamWaitEvent);
+  en.arg[0] = e.handle;
+  return stream_op(s, en, ev);
+}
+
+namespace {
+Entry event_request(Op op, uint64_t a, uint64_t b = 0) {
+  Entry e{};
+  e.op = uint16_t(op);
+  e.arg[0] = a;
+  e.arg[1] = b;
+  return e;
+}
+}  // namespace
+
+Status Client::event_synchronize(Event e) {
+  ThreadState& t = thread();
+  EventState* ev = event_of(e);
+  if (!ev) return finish(t, Status::kInvalidResourceHandle);
+  Entry req = event_request(Op::EventSynchronize, e.handle);
+  {
+    std::lock_guard lock(ev->mu);
+    if (opt_.ordered && ev->recorded) req.edges[req.edge_count++] = ev->record;
+  }
+  return finish(t, call(req));
+}
+
+Status Client::event_query(Event e) {
+  ThreadState& t = thread();
+  EventState* ev = event_of(e);
+  if (!ev) return finish(t, Status::kInvalidResourceHandle);
+  Entry req = event_request(Op::EventQuery, e.handle);
+  {
+    std::lock_guard lock(ev->mu);
+    if (opt_.ordered && ev->recorded) req.edges[req.edge_count++] = ev->record;
+  }
+  return finish(t, call(req));
+}
+
+Status Client::event_elapsed(float* ms, Event start, Event end) {
+  ThreadState& t = thread();
+  EventState* a = event_of(start);
+  EventState* b = event_of(end);
+  if (!ms) return finish(t, Status::kInvalidValue);
+  if (!a || !b) return finish(t, Status::kInvalidResourceHandle);
+  Entry req = event_request(Op::EventElapsed, start.handle, end.handle);
+  for (EventState* ev : {a, b}) {
+    std::lock_guard lock(ev->mu);
+    if (opt_.ordered && ev->recorded) req.edges[req.edge_count++] = ev->record;
+  }
+  uint64_t bits = 0;
+  Status s = call(req, &bits);
+  if (ok(s)) {
+    uint32_t b32 = uint32_t(bits);
+    std::memcpy(ms, &b32, sizeof(float));
+  }
+  return finish(t, s);
+}
+
+// ---- memory ----------------------------------------------------------------
+
+Status Client::malloc(uint64_t* device_addr, uint64_t size) {
+  ThreadState& t = thread();
+  if (!device_addr) return finish(t, Status::kInvalidValue);
+  Entry e{};
+  e.op = uint16_t(Op::Malloc);
+  e.arg[0] = size;
+  return finish(t, call(e, device_addr));
+}
+
+Status Client::free(uint64_t device_addr) {
+  ThreadState& t = thread();
+  // cudaFree synchronizes the device: nothing issued before may still use the memory.
+  if (Status s = device_synchronize(); !ok(s)) return s;
+  Entry e{};
+  e.op = uint16_t(Op::Free);
+  e.arg[0] = device_addr;
+  return finish(t, call(e));
+}
+
+Status Client::malloc_host(void** ptr, uint64_t size) {
+  ThreadState& t = thread();
+  if (!ptr) return finish(t, Status::kInvalidValue);
+  std::lock_guard lock(heap_->mu);
+  void* p = heap_->buf ? heap_->buf->allocate_aligned(size ? size : 1, 64, std::nothrow) : nullptr;
+  if (!p) return finish(t, Status::kMemoryAllocation);
+  *ptr = p;
+  return finish(t, Status::kSuccess);
+}
+
+Status Client::free_host(void* ptr) {
+  ThreadState& t = thread();
+  if (!ptr) return finish(t, Status::kSuccess);
+  if (!is_pinned(ptr, 1)) return finish(t, Status::kInvalidValue);
+  if (Status s = device_synchronize(); !ok(s)) return s;
+  std::lock_guard lock(heap_->mu);
+  heap_->buf->deallocate(ptr);
+  return finish(t, Status::kSuccess);
+}
+
+bool Client::is_pinned(const void* p, uint64_t size) const {
+  const auto* b = static_cast<const std::byte*>(p);
+  const std::byte* h = region_->heap();
+  const uint64_t hs = region_->layout().heap_size;
+  return b >= h && uint64_t(b - h) <= hs && size <= hs - uint64_t(b - h);
+}
+
+Status Client::memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, Stream s) {
+  ThreadState& t = thread();
+  Ring* g = ring_of(s);
+  if (!g) return finish(t, Status::kInvalidResourceHandle);
+  if (size == 0) return finish(t, Status::kSuccess);
+  if (!src) return finish(t, Status::kInvalidValue);
+  std::lock_guard lock(g->mu);
+  Entry e{};
+  e.op = uint16_t(Op::Memcpy);
+  if (is_pinned(src, size)) {
+    e.flags = mem_flags(MemKind::Device, MemKind::Pinned);
+    e.arg[0] = dst;
+    e.arg[1] = uint64_t(static_cast<const std::byte*>(src) - region_->heap());
+    e.arg[2] = size;
+    push_locked(t, *g, s.ring, e, nullptr);
+    return finish(t, Status::kSuccess);
+  }
+  // Pageable memory: copied into staging now, so the caller may reuse it on return (as CUDA).
+  const uint64_t w = region_->layout().staging_per_ring;
+  const uint64_t chunk = w / 4;
+  for (uint64_t done = 0; done < size;) {
+    const uint64_t n = std::min(chunk, size - done);
+    uint64_t off;
+    if (!alloc_staging(t, *g, s.ring, n, &off)) return finish(t, Status::kDevicesUnavailable);
+    std::memcpy(region_->staging(s.ring) + off, static_cast<const std::byte*>(src) + done, n);
+    e.flags = mem_flags(MemKind::Device, MemKind::Staging);
+    e.arg[0] = dst + done;
+    e.arg[1] = off;
+    e.arg[2] = n;
+    const uint64_t pos = push_locked(t, *g, s.ring, e, nullptr);
+    g->stage_marks.push_back({pos, g->stage_tail});
+    if (g->stage_tail - g->fence_stage > w / 4) push_fence_locked(t, *g, s.ring);
+    done += n;
+  }
+  return finish(t, Status::kSuccess);
+}
+
+Status Client::memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s) {
+  ThreadState& t = thread();
+  Ring* g = ring_of(s);
+  if (!g) return finish(t, Status::kInvalidResourceHandle);
+  if (size == 0) return finish(t, Status::kSuccess);
+  if (!dst) return finish(t, Status::kInvalidValue);
+  std::lock_guard lock(g->mu);
+  Entry e{};
+  e.op = uint16_t(Op::Memcpy);
+  if (is_pinned(dst, size)) {
+    e.flags = mem_flags(MemKind::Pinned, MemKind::Device);
+    e.arg[0] = uint64_t(static_cast<std::byte*>(dst) - region_->heap());
+    e.arg[1] = src;
+    e.arg[2] = size;
+    push_locked(t, *g, s.ring, e, nullptr);
+    return finish(t, Status::kSuccess);
+  }
+  // Pageable destination: like CUDA, return only once the data is there.
+  const uint64_t chunk = region_->layout().staging_per_ring / 4;
+  for (uint64_t done = 0; done < size;) {
+    const uint64_t n = std::min(chunk, size - done);
+    uint64_t off;
+    if (!alloc_staging(t, *g, s.ring, n, &off)) return finish(t, Status::kDevicesUnavailable);
+    e.flags = mem_flags(MemKind::Staging, MemKind::Device);
+    e.arg[0] = off;
+    e.arg[1] = src + done;
+    e.arg[2] = n;
+    const uint64_t pos = push_locked(t, *g, s.ring, e, nullptr);
+    g->stage_marks.push_back({pos, g->stage_tail});
+    if (Status st = wait_completed(s.ring, push_fence_locked(t, *g, s.ring)); !ok(st)) return finish(t, st);
+    std::memcpy(static_cast<std::byte*>(dst) + done, region_->staging(s.ring) + off, n);
+    done += n;
+  }
+  return finish(t, Status::kSuccess);
+}
+
+Status Client::memcpy_d2d_async(uint64_t dst, uint64_t src, uint64_t size, Stream s) {
+  Entry e{};
+  e.op = uint16_t(Op::Memcpy);
+  e.flags = mem_flags(MemKind::Device, MemKind::Device);
+  e.arg[0] = dst;
+  e.arg[1] = src;
+  e.arg[2] = size;
+  return stream_op(s, e);
+}
+
+Status Client::memset_async(uint64_t dst, uint8_t value, uint64_t size, Stream s) {
+  Entry e{};
+  e.op = uint16_t(Op::Memset);
+  e.arg[0] = dst;
+  e.arg[1] = value;
+  e.arg[2] = size;
+  return stream_op(s, e);
+}
+
+Status Client::memcpy_h2d(uint64_t dst, const void* src, uint64_t size) {
+  if (Status s = device_synchronize(); !ok(s)) return s;
+  if (Status s = memcpy_h2d_async(dst, src, size, kLegacyStream); !ok(s)) return s;
+  return stream_synchronize(kLegacyStream);
+}
+
+Status Client::memcpy_d2h(void* dst, uint64_t src, uint64_t size) {
+  if (Status s = device_synchronize(); !ok(s)) return s;
+  if (Status s = memcpy_d2h_async(dst, src, size, kLegacyStream); !ok(s)) return s;
+  return stream_synchronize(kLegacyStream);
+}
+
+// ---- kernels and device-wide calls -----------------------------------------
+
+Status Client::kernel_lookup(const std::string& name, uint32_t* kernel) {
+  ThreadState& t = thread();
+  if (!kernel || name.empty() || name.size() >= kSlotPayload) return finish(t, Status::kInvalidValue);
+  Entry e{};
+  e.op = uint16_t(Op::KernelLookup);
+  uint64_t id = 0;
+  Status s = call(e, &id, nullptr, &name);
+  if (ok(s)) *kernel = uint32_t(id);
+  return finish(t, s);
+}
+
+Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
+                      uint32_t shared_mem) {
+  ThreadState& t = thread();
+  Ring* g = ring_of(s);
+  if (!g) return finish(t, Status::kInvalidResourceHandle);
+  if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z)
+    return finish(t, Status::kInvalidConfiguration);
+  if (args_size && !args) return finish(t, Status::kInvalidValue);
+  std::lock_guard lock(g->mu);
+  Entry e{};
+  e.op = uint16_t(Op::Launch);
+  e.arg[0] = kernel;
+  e.arg[1] = grid.x | uint64_t{grid.y} << 32;
+  e.arg[2] = grid.z | uint64_t{block.x} << 32;
+  e.arg[3] = block.y | uint64_t{block.z} << 32;
+  e.arg[5] = args_size | uint64_t{shared_mem} << 32;
+  uint64_t off = 0;
+  if (args_size) {
+    if (!alloc_staging(t, *g, s.ring, args_size, &off)) return finish(t, Status::kInvalidValue);
+    std::memcpy(region_->staging(s.ring) + off, args, args_size);
+  }
+  e.arg[4] = off;
+  const uint64_t pos = push_locked(t, *g, s.ring, e, nullptr);
+  if (args_size) {
+    g->stage_marks.push_back({pos, g->stage_tail});
+    if (g->stage_tail - g->fence_stage > region_->layout().staging_per_ring / 4) push_fence_locked(t, *g, s.ring);
+  }
+  return finish(t, Status::kSuccess);
+}
+
+Status Client::device_synchronize() {
+  ThreadState& t = thread();
+  // Fence every ring with outstanding work first, so they drain in parallel.
+  std::vector<std::pair<uint32_t, uint64_t>> targets;
+  for (uint32_t r = 0; r < rings_.size(); ++r) {
+    Ring& g = *rings_[r];
+    if (!g.open.load(std::memory_order_acquire) && r != kLegacyRing) continue;
+    std::lock_guard lock(g.mu);
+    if (region_->ring(r).completed.load(std::memory_order_acquire) >= g.tail) continue;
+    targets.push_back({r, g.fence_end == g.tail ? g.tail : push_fence_locked(t, g, r)});
+  }
+  for (auto [r, pos] : targets)
+    if (Status s = wait_completed(r, pos); !ok(s)) return finish(t, s);
+  return finish(t, Status::kSuccess);
+}
+
+Status Client::null_call() {
+  Entry e{};
+  e.op = uint16_t(Op::Null);
+  return finish(thread(), call(e));
+}
+
+Status Client::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payload) {
+  ThreadState& t = thread();
+  if (t.slot == kNoSlot) return Status::kLaunchOutOfResources;  // more threads than reply slots
+  ReplySlot& s = region_->slot(t.slot);
+  e.thread = t.slot;
+  std::memcpy(&s.request, &e, sizeof(Entry));
+  if (payload) {
+    std::memset(s.payload, 0, kSlotPayload);
+    std::memcpy(s.payload, payload->data(), payload->size());
+  }
+  const uint64_t seq = ++t.seq;
+  _mm_sfence();
+  s.request_seq.store(seq, std::memory_order_release);
+  region_->header()->slot_doorbell.fetch_add(1, std::memory_order_release);
+  notify_worker();
+  if (Status st = wait_worker(s.reply_seq, seq); !ok(st)) return st;
+  if (r0) *r0 = s.result[0];
+  if (r1) *r1 = s.result[1];
+  return Status(s.status);
+}
+
+}  // namespace ordo

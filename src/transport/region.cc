@@ -1,0 +1,130 @@
+#include "ordo/region.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/interprocess/file_mapping.hpp>
+#include <boost/interprocess/mapped_region.hpp>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <random>
+
+namespace ordo {
+
+namespace bip = boost::interprocess;
+
+struct Region::Mapping {
+  bip::file_mapping file;
+  bip::mapped_region region;
+};
+
+Region::~Region() = default;
+
+namespace {
+
+std::unique_ptr<Region> fail(std::string* error, std::string msg) {
+  if (error) *error = std::move(msg);
+  return nullptr;
+}
+
+uint64_t random_session() {
+  std::random_device rd;
+  uint64_t v = (uint64_t{rd()} << 32) ^ rd();
+  return v ? v : 1;
+}
+
+}  // namespace
+
+std::unique_ptr<Region> Region::map(const std::string& path, std::string* error) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    return fail(error, "cannot open region " + path + ": " + std::strerror(errno) +
+                           " (start ordo-worker --region " + path + " first, or set ORDO_REGION)");
+  std::unique_ptr<Region> r(new Region());
+  try {
+    auto m = std::make_unique<Mapping>();
+    m->file = bip::file_mapping(path.c_str(), bip::read_write);
+    m->region = bip::mapped_region(m->file, bip::read_write);
+    r->base_ = static_cast<char*>(m->region.get_address());
+    r->size_ = m->region.get_size();
+    r->mapping_ = std::move(m);
+  } catch (const bip::interprocess_exception& e) {
+    return fail(error, "cannot map region " + path + ": " + e.what() + " (need read-write access)");
+  }
+  r->path_ = path;
+  return r;
+}
+
+std::unique_ptr<Region> Region::create(const std::string& path, const Layout& layout, std::string* error) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0660);
+  if (fd < 0) return fail(error, "cannot create region " + path + ": " + std::strerror(errno));
+  // Zero the old contents: a stale header must not look like a live worker.
+  bool sized = ::ftruncate(fd, 0) == 0 && ::ftruncate(fd, static_cast<off_t>(layout.region_size)) == 0;
+  int saved = errno;
+  ::close(fd);
+  if (!sized)
+    return fail(error, "cannot size region " + path + " to " + std::to_string(layout.region_size) +
+                           " bytes: " + std::strerror(saved) + " (is /dev/shm large enough?)");
+  auto r = map(path, error);
+  if (!r) return nullptr;
+  if (r->size_ != layout.region_size) return fail(error, "region " + path + " mapped with the wrong size");
+  r->layout_ = layout;
+  RegionHeader* h = new (r->base_) RegionHeader();
+  h->version = kLayoutVersion;
+  h->header_size = kHeaderSize;
+  h->session = random_session();
+  h->layout = layout;
+  for (uint32_t i = 0; i < layout.ring_count; ++i) new (&r->ring(i)) RingControl();
+  for (uint32_t i = 0; i < layout.slot_count; ++i) new (&r->slot(i)) ReplySlot();
+  h->ring_open[0].store(1, std::memory_order_relaxed);  // the legacy default stream
+  std::atomic_thread_fence(std::memory_order_release);
+  // Magic last: a guest that sees it sees a complete header.
+  reinterpret_cast<std::atomic<uint64_t>*>(&h->magic)->store(kMagic, std::memory_order_release);
+  return r;
+}
+
+bool Region::validate(std::string* error) {
+  auto bad = [&](std::string msg) {
+    if (error) *error = "region " + path_ + ": " + msg;
+    return false;
+  };
+  if (size_ < kHeaderSize) return bad("smaller than its header");
+  const RegionHeader* h = header();
+  const uint64_t magic = reinterpret_cast<const std::atomic<uint64_t>*>(&h->magic)->load(std::memory_order_acquire);
+  if (magic != kMagic) return bad("no ordo header (is ordo-worker running on this region?)");
+  if (h->version != kLayoutVersion)
+    return bad("layout version " + std::to_string(h->version) + ", this library speaks " +
+               std::to_string(kLayoutVersion) + " (rebuild the guest and worker from one ordo version)");
+  Layout l = h->layout;
+  Layout expect{};
+  if (l.region_size != size_ ||
+      !plan_layout(l.region_size, l.ring_count, l.ring_capacity, l.slot_count, l.staging_per_ring, &expect) ||
+      std::memcmp(&expect, &l, sizeof(Layout)) != 0)
+    return bad("inconsistent layout in header (region corrupt or size mismatch)");
+  layout_ = l;
+  return true;
+}
+
+uint64_t parse_size(const std::string& s) {
+  if (s.empty()) return 0;
+  size_t idx = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(s, &idx, 0);
+  } catch (...) {
+    return 0;
+  }
+  std::string unit = s.substr(idx);
+  uint64_t mul = 1;
+  if (unit == "" ) mul = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "k") mul = 1ull << 10;
+  else if (unit == "M" || unit == "MiB" || unit == "m") mul = 1ull << 20;
+  else if (unit == "G" || unit == "GiB" || unit == "g") mul = 1ull << 30;
+  else return 0;
+  if (v > UINT64_MAX / mul) return 0;
+  return v * mul;
+}
+
+}  // namespace ordo

@@ -1,0 +1,24 @@
+#include "ordo/status.h"
+
+namespace ordo {
+
+std::string_view status_name(Status s) {
+  switch (s) {
+    case Status::kSuccess: return "success";
+    case Status::kInvalidValue: return "invalid value";
+    case Status::kMemoryAllocation: return "out of memory";
+    case Status::kInvalidConfiguration: return "invalid launch configuration";
+    case Status::kInvalidDevicePointer: return "invalid device pointer";
+    case Status::kDevicesUnavailable: return "worker unavailable";
+    case Status::kInvalidDeviceFunction: return "unknown kernel";
+    case Status::kInvalidResourceHandle: return "invalid handle";
+    case Status::kIllegalState: return "illegal state";
+    case Status::kNotReady: return "not ready";
+    case Status::kLaunchOutOfResources: return "out of resources";
+    case Status::kLaunchFailure: return "launch failure";
+    case Status::kNotSupported: return "not supported";
+  }
+  return "unknown status";
+}
+
+}  // namespace ordo

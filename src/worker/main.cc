@@ -1,0 +1,135 @@
+// ordo-worker: serves one guest region on this host.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "ordo/backend.h"
+#include "ordo/doorbell.h"
+#include "ordo/region.h"
+#include "ordo/worker.h"
+
+namespace {
+
+std::atomic<ordo::Worker*> g_worker{nullptr};
+std::atomic<bool> g_dump{false};
+
+void on_stop(int) {
+  if (auto* w = g_worker.load()) w->stop();
+}
+void on_usr1(int) { g_dump.store(true); }
+
+void usage(FILE* f) {
+  std::fprintf(f,
+               "usage: ordo-worker --region PATH [--size N] [--backend sim|cuda] [--stats] [--no-doorbell]\n"
+               "                   [--unordered] [--chaos SEED] [--quiet]\n"
+               "  --region PATH   the shared region: a /dev/shm file (created, or reset, here)\n"
+               "  --size N        region size, a power of two (default 64M; K/M/G suffixes)\n"
+               "  --backend B     sim (CPU simulator, default) or cuda\n"
+               "  --stats         print counters at exit (and on SIGUSR1) as a table and a JSON line\n"
+               "  --ready-file F  write F once the region is ready (for scripts)\n"
+               "  --unordered     ignore ordering edges, like the old prototype: tests only\n"
+               "  --chaos SEED    hold dispatchable entries for random times: tests only\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string region_path, backend_name = "sim", ready_file;
+  uint64_t size = 64ull << 20;
+  bool stats = false, doorbell = true;
+  ordo::WorkerOptions opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "ordo-worker: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--region") region_path = value();
+    else if (a == "--size") size = ordo::parse_size(value());
+    else if (a == "--backend") backend_name = value();
+    else if (a == "--stats") stats = true;
+    else if (a == "--no-doorbell") doorbell = false;
+    else if (a == "--ready-file") ready_file = value();
+    else if (a == "--unordered") opt.ordered = false;
+    else if (a == "--chaos") opt.chaos_seed = std::strtoull(value().c_str(), nullptr, 0);
+    else if (a == "--quiet") opt.quiet = true;
+    else if (a == "--help" || a == "-h") { usage(stdout); return 0; }
+    else {
+      std::fprintf(stderr, "ordo-worker: unknown option %s\n", a.c_str());
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (region_path.empty()) {
+    usage(stderr);
+    return 2;
+  }
+  ordo::Layout layout;
+  if (!ordo::plan_default_layout(size, &layout)) {
+    std::fprintf(stderr, "ordo-worker: --size %llu is not a power of two of at least 1 MiB (ivshmem needs a power of two)\n",
+                 (unsigned long long)size);
+    return 2;
+  }
+  std::string err;
+  auto backend = ordo::make_backend(backend_name, &err);
+  if (!backend) {
+    std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
+    return 2;
+  }
+  auto region = ordo::Region::create(region_path, layout, &err);
+  if (!region) {
+    std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
+    return 1;
+  }
+  std::unique_ptr<ordo::DoorbellWaiter> bell;
+  if (doorbell) {
+    bell = ordo::DoorbellWaiter::open_fifo(ordo::doorbell_path(region_path), &err);
+    if (!bell) std::fprintf(stderr, "ordo-worker: %s; idle sleeps will poll instead\n", err.c_str());
+  }
+  ordo::Worker worker(*region, *backend, opt);
+  g_worker.store(&worker);
+  struct sigaction sa{};
+  sa.sa_handler = on_stop;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sa.sa_handler = on_usr1;
+  sigaction(SIGUSR1, &sa, nullptr);
+  if (!opt.quiet)
+    std::fprintf(stderr, "ordo-worker: serving %s (%llu MiB, %u rings x %u entries, backend %s%s%s)\n",
+                 region_path.c_str(), (unsigned long long)(size >> 20), layout.ring_count, layout.ring_capacity,
+                 std::string(backend->name()).c_str(), opt.ordered ? "" : ", UNORDERED", opt.chaos_seed ? ", chaos" : "");
+  if (!ready_file.empty()) {
+    if (FILE* f = std::fopen(ready_file.c_str(), "w")) std::fclose(f);
+  }
+  std::thread reporter;
+  std::atomic<bool> done{false};
+  if (stats) {
+    reporter = std::thread([&] {
+      while (!done.load()) {
+        if (g_dump.exchange(false)) {
+          auto s = worker.stats();
+          std::fprintf(stderr, "%s%s\n", s.table().c_str(), s.json().c_str());
+        }
+        usleep(50000);
+      }
+    });
+  }
+  worker.run(bell.get());
+  done.store(true);
+  if (reporter.joinable()) reporter.join();
+  g_worker.store(nullptr);
+  if (stats) {
+    auto s = worker.stats();
+    std::fprintf(stderr, "%s%s\n", s.table().c_str(), s.json().c_str());
+  }
+  return 0;
+}

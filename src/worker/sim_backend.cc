@@ -1,0 +1,708 @@
+// The CPU simulator backend.
+//
+// Threads: one host thread per stream runs that stream's ops strictly in FIFO
+// order. The caller (the worker's dispatch thread) only ever enqueues.
+//
+// Locking:
+//   Device::mu_     stream table, event table, every stream's `enqueued` count
+//                   and the legacy-stream bookkeeping; held for each enqueue so
+//                   that "earlier call" is well defined.
+//   Stream::mu      that stream's queue, its completion count (written under it
+//                   by the stream thread, readable lock-free), completion waiters
+//                   and pending event notifications. Taken after Device::mu_,
+//                   never the other way round; a stream thread never takes
+//                   Device::mu_ (except inside user callbacks, where it holds
+//                   no stream lock).
+//   Device::mem_mu_ the allocation map (shared for translations).
+//   No lock is held while an op (kernel, copy, host callback) runs.
+//
+// Completion: a stream counts the ops enqueued and the ops completed. A point in
+// a stream is (stream, seq) and is complete when completed >= seq. Events capture
+// such a point; dependencies between streams (stream_wait_event, the legacy
+// default stream's implicit synchronization) are WaitOps in the waiting stream's
+// queue that block its thread on the other stream's condition variable.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "ordo/sim.h"
+
+namespace ordo::sim {
+namespace {
+
+constexpr uint32_t kMaxStreams = 256;
+constexpr uint32_t kMaxEvents = 65536;
+constexpr uint32_t kMaxKernels = 65536;
+constexpr uint64_t kMaxAllocBytes = uint64_t{64} << 30;
+constexpr uint64_t kAllocAlign = 256;
+constexpr uint64_t kMmapThreshold = uint64_t{1} << 20;
+// Synthetic device addresses are non-canonical on x86-64 and AArch64 (4- and
+// 5-level paging alike), so they can never equal a real host pointer.
+constexpr uint64_t kDeviceBase = 0x0d00'0000'0000'0000;
+constexpr uint32_t kEventDisableTiming = 0x2;  // cudaEventDisableTiming
+constexpr uint64_t kMaxBlockThreads = 1024;
+
+std::atomic<uint64_t> g_tick{0};
+
+// ---------------------------------------------------------------- kernel registry
+
+struct Registry {
+  std::shared_mutex mu;
+  std::map<std::string, uint32_t, std::less<>> ids;  // guarded by mu
+  std::array<std::atomic<Kernel>, kMaxKernels> fns{};
+  std::atomic<uint32_t> count{0};
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+Kernel kernel_by_id(uint32_t id) {
+  Registry& r = registry();
+  if (id >= r.count.load(std::memory_order_acquire)) return nullptr;
+  return r.fns[id].load(std::memory_order_acquire);
+}
+
+// ---------------------------------------------------------------- host memory
+
+// Zeroed host memory behind one device allocation, aligned like the device address.
+class HostBlock {
+ public:
+  HostBlock() = default;
+  HostBlock(const HostBlock&) = delete;
+  HostBlock& operator=(const HostBlock&) = delete;
+  HostBlock(HostBlock&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), size_(o.size_), mapped_(o.mapped_) {}
+  HostBlock& operator=(HostBlock&& o) noexcept {
+    if (this != &o) {
+      release();
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      size_ = o.size_;
+      mapped_ = o.mapped_;
+    }
+    return *this;
+  }
+  ~HostBlock() { release(); }
+
+  bool allocate(uint64_t size) {
+    release();
+    if (size >= kMmapThreshold) {
+      // Anonymous mappings are zero-filled lazily: a large allocation costs no time.
+      void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) return false;
+      ptr_ = static_cast<std::byte*>(p);
+      mapped_ = true;
+    } else {
+      void* p = nullptr;
+      if (::posix_memalign(&p, kAllocAlign, size) != 0 || p == nullptr) return false;
+      std::memset(p, 0, size);
+      ptr_ = static_cast<std::byte*>(p);
+      mapped_ = false;
+    }
+    size_ = size;
+    return true;
+  }
+
+  std::byte* data() const { return ptr_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  void release() {
+    if (!ptr_) return;
+    if (mapped_) {
+      ::munmap(ptr_, size_);
+    } else {
+      std::free(ptr_);
+    }
+    ptr_ = nullptr;
+  }
+  std::byte* ptr_ = nullptr;
+  uint64_t size_ = 0;
+  bool mapped_ = false;
+};
+
+// ---------------------------------------------------------------- ops and streams
+
+// Kernel argument bytes, copied at launch(); small ones inline.
+class ArgBuf {
+ public:
+  ArgBuf() = default;
+  ArgBuf(const std::byte* p, uint32_t n) : size_(n) {
+    if (n == 0) return;
+    std::byte* dst = inline_;
+    if (n > kInline) {
+      heap_ = std::make_unique_for_overwrite<std::byte[]>(n);
+      dst = heap_.get();
+    }
+    std::memcpy(dst, p, n);
+  }
+  std::span<const std::byte> span() const { return {heap_ ? heap_.get() : inline_, size_}; }
+
+ private:
+  static constexpr uint32_t kInline = 64;
+  std::byte inline_[kInline];
+  uint32_t size_ = 0;
+  std::unique_ptr<std::byte[]> heap_;
+};
+
+struct Stream;
+
+// A point in a stream's work captured by event_record.
+struct Capture {
+  std::shared_ptr<Stream> stream;
+  uint64_t seq = 0;                             // set by event_record, under Device::mu_
+  std::chrono::steady_clock::time_point time{};  // written by the record op before it completes
+};
+
+struct LaunchOp {
+  Kernel fn;
+  Dim3 grid, block;
+  ArgBuf args;
+};
+struct CopyOp {
+  MemOperand dst, src;
+  uint64_t size;
+};
+struct SetOp {
+  uint64_t dst;
+  uint64_t size;
+  uint8_t value;
+};
+struct RecordOp {
+  std::shared_ptr<Capture> cap;
+};
+struct WaitOp {
+  std::shared_ptr<Stream> stream;
+  uint64_t seq;
+};
+struct HostOp {
+  std::function<void()> fn;
+};
+
+struct Op {
+  OpTag tag;
+  std::variant<LaunchOp, CopyOp, SetOp, RecordOp, WaitOp, HostOp> body;
+};
+
+void run_guarded(std::function<void()>& fn) {
+  try {
+    if (fn) fn();
+  } catch (...) {
+    // A throwing host function must not take the stream thread down.
+  }
+}
+
+struct Stream {
+  Stream(uint32_t i, bool b) : id(i), blocking(b) {}
+
+  const uint32_t id;
+  const bool blocking;
+
+  // Guarded by Device::mu_.
+  uint64_t enqueued = 0;
+  uint64_t legacy_seen = 0;     // blocking stream: stream 0's count it already depends on
+  uint64_t seen_by_legacy = 0;  // blocking stream: own count stream 0 already depends on
+  bool destroyed = false;
+
+  std::mutex mu;
+  std::condition_variable work_cv;  // the stream thread waits here for work
+  std::condition_variable done_cv;  // others wait here for completions
+  std::deque<Op> queue;             // guarded by mu
+  bool stopping = false;            // guarded by mu
+  bool idle = false;                // guarded by mu
+  uint32_t done_waiters = 0;        // guarded by mu
+  std::multimap<uint64_t, std::function<void()>> notifies;  // guarded by mu
+  std::atomic<uint64_t> completed{0};  // stored under mu by the stream thread only
+  std::atomic<bool> exited{false};
+
+  bool done(uint64_t seq) const { return completed.load(std::memory_order_acquire) >= seq; }
+
+  void wait_for(uint64_t seq) {
+    if (done(seq)) return;
+    std::unique_lock lk(mu);
+    ++done_waiters;
+    done_cv.wait(lk, [&] { return completed.load(std::memory_order_relaxed) >= seq; });
+    --done_waiters;
+  }
+
+  // Registers fn to run once seq completes; false (fn untouched) if it already has.
+  bool add_notify(uint64_t seq, std::function<void()>& fn) {
+    std::lock_guard lk(mu);
+    if (completed.load(std::memory_order_relaxed) >= seq) return false;
+    notifies.emplace(seq, std::move(fn));
+    return true;
+  }
+};
+
+struct Event {
+  uint32_t flags = 0;
+  std::shared_ptr<Capture> cap;  // null until first recorded
+};
+
+bool capture_done(const Capture& c) { return c.stream->done(c.seq); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- the device
+
+class Device final : public Backend {
+ public:
+  Device() { streams_[0] = start_stream_locked(0, false); }
+
+  ~Device() override {
+    // Drain every stream and join its thread. Loop in case a host callback
+    // created a stream meanwhile.
+    for (;;) {
+      std::vector<Worker> workers;
+      {
+        std::lock_guard lk(mu_);
+        workers.swap(workers_);
+      }
+      if (workers.empty()) break;
+      for (auto& w : workers) stop(*w.stream);
+      for (auto& w : workers) w.thread.join();
+    }
+  }
+
+  std::string_view name() const override { return "sim"; }
+
+  Status stream_create(uint32_t id, bool blocking, int /*priority*/) override {
+    if (id >= kMaxStreams) return Status::kInvalidValue;
+    std::lock_guard lk(mu_);
+    reap_locked();
+    if (streams_[id]) return Status::kInvalidResourceHandle;
+    try {
+      streams_[id] = start_stream_locked(id, blocking);
+      if (blocking) blocking_.push_back(streams_[id]);
+    } catch (const std::bad_alloc&) {
+      return Status::kMemoryAllocation;
+    } catch (const std::system_error&) {
+      return Status::kMemoryAllocation;
+    }
+    return Status::kSuccess;
+  }
+
+  Status stream_destroy(uint32_t id) override {
+    if (id == 0 || id >= kMaxStreams) return Status::kInvalidResourceHandle;
+    std::lock_guard lk(mu_);
+    std::shared_ptr<Stream> s = std::move(streams_[id]);
+    if (!s) return Status::kInvalidResourceHandle;
+    s->destroyed = true;
+    if (s->blocking) {
+      if (s->enqueued == s->seen_by_legacy) {
+        std::erase(blocking_, s);
+      } else {
+        destroyed_blocking_ = true;  // stream 0 still has to depend on its last work
+      }
+    }
+    stop(*s);
+    reap_locked();
+    return Status::kSuccess;
+  }
+
+  Status launch(uint32_t stream, const LaunchParams& p, const OpTag& tag) override {
+    Kernel fn = kernel_by_id(p.kernel);
+    if (!fn) return Status::kInvalidDeviceFunction;
+    if (p.grid.x == 0 || p.grid.y == 0 || p.grid.z == 0 || p.block.x == 0 || p.block.y == 0 ||
+        p.block.z == 0) {
+      return Status::kInvalidConfiguration;
+    }
+    if (uint64_t{p.block.x} * p.block.y * p.block.z > kMaxBlockThreads) {
+      return Status::kInvalidConfiguration;
+    }
+    if (p.args_size != 0 && p.args == nullptr) return Status::kInvalidValue;
+    Op op{tag, LaunchOp{fn, p.grid, p.block, ArgBuf(p.args, p.args_size)}};
+    std::lock_guard lk(mu_);
+    Stream* s = find_stream_locked(stream);
+    if (!s) return Status::kInvalidResourceHandle;
+    push_locked(*s, std::move(op));
+    return Status::kSuccess;
+  }
+
+  Status memcpy(uint32_t stream, MemOperand dst, MemOperand src, uint64_t size,
+                const OpTag& tag) override {
+    if (size != 0) {
+      if (Status st = check_operand(dst, size); !ok(st)) return st;
+      if (Status st = check_operand(src, size); !ok(st)) return st;
+    }
+    std::lock_guard lk(mu_);
+    Stream* s = find_stream_locked(stream);
+    if (!s) return Status::kInvalidResourceHandle;
+    if (size != 0) push_locked(*s, Op{tag, CopyOp{dst, src, size}});
+    return Status::kSuccess;
+  }
+
+  Status memset(uint32_t stream, uint64_t dst, uint8_t value, uint64_t size,
+                const OpTag& tag) override {
+    if (size != 0) {
+      if (Status st = check_operand(MemOperand{true, dst}, size); !ok(st)) return st;
+    }
+    std::lock_guard lk(mu_);
+    Stream* s = find_stream_locked(stream);
+    if (!s) return Status::kInvalidResourceHandle;
+    if (size != 0) push_locked(*s, Op{tag, SetOp{dst, size, value}});
+    return Status::kSuccess;
+  }
+
+  Status event_create(uint32_t event, uint32_t flags) override {
+    if (event >= kMaxEvents) return Status::kInvalidValue;
+    std::lock_guard lk(mu_);
+    auto [it, inserted] = events_.try_emplace(event);
+    if (!inserted) return Status::kInvalidResourceHandle;
+    it->second.flags = flags;
+    return Status::kSuccess;
+  }
+
+  Status event_destroy(uint32_t event) override {
+    std::lock_guard lk(mu_);
+    return events_.erase(event) ? Status::kSuccess : Status::kInvalidResourceHandle;
+  }
+
+  Status event_record(uint32_t stream, uint32_t event) override {
+    std::lock_guard lk(mu_);
+    Stream* s = find_stream_locked(stream);
+    Event* e = find_event_locked(event);
+    if (!s || !e) return Status::kInvalidResourceHandle;
+    auto cap = std::make_shared<Capture>();
+    cap->stream = streams_[stream];
+    push_locked(*s, Op{OpTag{}, RecordOp{cap}});
+    cap->seq = s->enqueued;  // includes the record op itself, so its timestamp is set
+    e->cap = std::move(cap);
+    return Status::kSuccess;
+  }
+
+  Status stream_wait_event(uint32_t stream, uint32_t event) override {
+    std::lock_guard lk(mu_);
+    Stream* s = find_stream_locked(stream);
+    Event* e = find_event_locked(event);
+    if (!s || !e) return Status::kInvalidResourceHandle;
+    const std::shared_ptr<Capture>& cap = e->cap;
+    // Never recorded, already complete, or earlier on this very stream (FIFO): no-op.
+    if (!cap || cap->stream.get() == s || capture_done(*cap)) return Status::kSuccess;
+    push_locked(*s, Op{OpTag{}, WaitOp{cap->stream, cap->seq}});
+    return Status::kSuccess;
+  }
+
+  Status event_query(uint32_t event) override {
+    std::lock_guard lk(mu_);
+    Event* e = find_event_locked(event);
+    if (!e) return Status::kInvalidResourceHandle;
+    if (!e->cap || capture_done(*e->cap)) return Status::kSuccess;
+    return Status::kNotReady;
+  }
+
+  Status event_elapsed(uint32_t start, uint32_t end, float* ms) override {
+    if (!ms) return Status::kInvalidValue;
+    std::lock_guard lk(mu_);
+    Event* a = find_event_locked(start);
+    Event* b = find_event_locked(end);
+    if (!a || !b) return Status::kInvalidResourceHandle;
+    if ((a->flags | b->flags) & kEventDisableTiming) return Status::kInvalidResourceHandle;
+    if (!a->cap || !b->cap) return Status::kInvalidResourceHandle;
+    if (!capture_done(*a->cap) || !capture_done(*b->cap)) return Status::kNotReady;
+    *ms = std::chrono::duration<float, std::milli>(b->cap->time - a->cap->time).count();
+    return Status::kSuccess;
+  }
+
+  void event_notify(uint32_t event, std::function<void()> fn) override {
+    std::shared_ptr<Capture> cap;
+    uint64_t seq = 0;
+    {
+      std::lock_guard lk(mu_);
+      if (Event* e = find_event_locked(event); e && e->cap) {
+        cap = e->cap;
+        seq = cap->seq;
+      }
+    }
+    if (!cap || !cap->stream->add_notify(seq, fn)) run_guarded(fn);
+  }
+
+  void host_callback(uint32_t stream, std::function<void()> fn) override {
+    {
+      std::lock_guard lk(mu_);
+      if (Stream* s = find_stream_locked(stream)) {
+        push_locked(*s, Op{OpTag{}, HostOp{std::move(fn)}});
+        return;
+      }
+    }
+    run_guarded(fn);  // unknown stream: nothing to wait for
+  }
+
+  Status malloc(uint64_t size, uint64_t* device_addr) override {
+    if (!device_addr || size == 0 || size > kMaxAllocBytes) return Status::kInvalidValue;
+    HostBlock block;
+    if (!block.allocate(size)) return Status::kMemoryAllocation;
+    std::unique_lock lk(mem_mu_);
+    const uint64_t addr = next_addr_;
+    // Round up and leave an unmapped gap so that adjacent allocations never touch.
+    next_addr_ += (size + kAllocAlign - 1) / kAllocAlign * kAllocAlign + kAllocAlign;
+    try {
+      allocs_.emplace(addr, std::move(block));
+    } catch (const std::bad_alloc&) {
+      return Status::kMemoryAllocation;
+    }
+    *device_addr = addr;
+    return Status::kSuccess;
+  }
+
+  Status free(uint64_t device_addr) override {
+    if (device_addr == 0) return Status::kSuccess;  // like cudaFree(nullptr)
+    HostBlock dead;  // released after the lock is dropped
+    std::unique_lock lk(mem_mu_);
+    auto it = allocs_.find(device_addr);
+    if (it == allocs_.end()) return Status::kInvalidDevicePointer;
+    dead = std::move(it->second);
+    allocs_.erase(it);
+    return Status::kSuccess;
+  }
+
+  Status kernel_lookup(std::string_view name, uint32_t* kernel) override {
+    if (!kernel) return Status::kInvalidValue;
+    Registry& r = registry();
+    std::shared_lock lk(r.mu);
+    auto it = r.ids.find(name);
+    if (it == r.ids.end()) return Status::kInvalidDeviceFunction;
+    *kernel = it->second;
+    return Status::kSuccess;
+  }
+
+  // Translates [addr, addr + bytes) (bytes > 0) to host memory if it lies inside
+  // one live allocation: kInvalidDevicePointer if addr is in none,
+  // kInvalidValue if the range runs past the end of the one it starts in.
+  Status lookup(uint64_t addr, uint64_t bytes, void** out) const {
+    std::shared_lock lk(mem_mu_);
+    auto it = allocs_.upper_bound(addr);
+    if (it == allocs_.begin()) return Status::kInvalidDevicePointer;
+    --it;
+    const uint64_t off = addr - it->first;  // addr >= it->first
+    const uint64_t size = it->second.size();
+    if (off >= size) return Status::kInvalidDevicePointer;
+    if (bytes > size - off) return Status::kInvalidValue;
+    *out = it->second.data() + off;
+    return Status::kSuccess;
+  }
+
+ private:
+  struct Worker {
+    std::shared_ptr<Stream> stream;
+    std::thread thread;
+  };
+
+  // Requires mu_ (or construction).
+  std::shared_ptr<Stream> start_stream_locked(uint32_t id, bool blocking) {
+    auto s = std::make_shared<Stream>(id, blocking);
+    workers_.reserve(workers_.size() + 1);
+    std::thread t([this, s] { run(*s); });
+    workers_.push_back(Worker{s, std::move(t)});
+    return s;
+  }
+
+  static void stop(Stream& s) {
+    {
+      std::lock_guard lk(s.mu);
+      s.stopping = true;
+    }
+    s.work_cv.notify_one();
+  }
+
+  // Joins the threads of destroyed streams that have drained. Requires mu_.
+  void reap_locked() {
+    std::erase_if(workers_, [](Worker& w) {
+      if (!w.stream->destroyed || !w.stream->exited.load(std::memory_order_acquire)) return false;
+      w.thread.join();  // it has already left run(): returns at once
+      return true;
+    });
+  }
+
+  Stream* find_stream_locked(uint32_t id) const {
+    return id < kMaxStreams ? streams_[id].get() : nullptr;
+  }
+
+  Event* find_event_locked(uint32_t id) {
+    auto it = events_.find(id);
+    return it == events_.end() ? nullptr : &it->second;
+  }
+
+  Status check_operand(const MemOperand& m, uint64_t size) const {
+    if (!m.device) return m.addr == 0 ? Status::kInvalidValue : Status::kSuccess;
+    void* p = nullptr;
+    return lookup(m.addr, size, &p);
+  }
+
+  // Enqueues `op` on `s` after the implicit legacy-default-stream dependencies.
+  // Requires mu_.
+  void push_locked(Stream& s, Op&& op) {
+    std::unique_lock lk(s.mu);
+    if (s.blocking) {
+      // Wait for all work enqueued on stream 0 so far.
+      Stream& z = *streams_[0];
+      if (z.enqueued > s.legacy_seen) {
+        s.legacy_seen = z.enqueued;
+        if (!z.done(s.legacy_seen)) {
+          s.queue.push_back(Op{OpTag{}, WaitOp{streams_[0], s.legacy_seen}});
+          ++s.enqueued;
+        }
+      }
+    } else if (s.id == 0) {
+      // Wait for all work enqueued on every blocking stream so far.
+      for (const auto& b : blocking_) {
+        if (b->enqueued > b->seen_by_legacy) {
+          b->seen_by_legacy = b->enqueued;
+          if (!b->done(b->seen_by_legacy)) {
+            s.queue.push_back(Op{OpTag{}, WaitOp{b, b->seen_by_legacy}});
+            ++s.enqueued;
+          }
+        }
+      }
+      if (destroyed_blocking_) {
+        std::erase_if(blocking_, [](const std::shared_ptr<Stream>& b) { return b->destroyed; });
+        destroyed_blocking_ = false;
+      }
+    }
+    s.queue.push_back(std::move(op));
+    ++s.enqueued;
+    const bool wake = s.idle;
+    lk.unlock();
+    if (wake) s.work_cv.notify_one();
+  }
+
+  // The stream thread.
+  void run(Stream& s) {
+    std::deque<Op> batch;
+    std::vector<std::function<void()>> ready;
+    for (;;) {
+      {
+        std::unique_lock lk(s.mu);
+        while (s.queue.empty() && !s.stopping) {
+          s.idle = true;
+          s.work_cv.wait(lk);
+          s.idle = false;
+        }
+        if (s.queue.empty()) break;  // stopping and drained
+        batch.swap(s.queue);
+      }
+      while (!batch.empty()) {
+        execute(batch.front());
+        batch.pop_front();  // release what the op holds before it counts as complete
+        {
+          std::lock_guard lk(s.mu);
+          const uint64_t c = s.completed.load(std::memory_order_relaxed) + 1;
+          s.completed.store(c, std::memory_order_release);
+          if (s.done_waiters != 0) s.done_cv.notify_all();
+          while (!s.notifies.empty() && s.notifies.begin()->first <= c) {
+            auto node = s.notifies.extract(s.notifies.begin());
+            ready.push_back(std::move(node.mapped()));
+          }
+        }
+        for (auto& fn : ready) run_guarded(fn);
+        ready.clear();
+      }
+    }
+    s.exited.store(true, std::memory_order_release);
+  }
+
+  void execute(Op& op) {
+    if (auto* l = std::get_if<LaunchOp>(&op.body)) {
+      KernelContext ctx(*this, l->grid, l->block, l->args.span());
+      try {
+        l->fn(ctx);
+      } catch (const KernelError& e) {
+        if (!ok(e.status)) report(op.tag, e.status);
+      } catch (...) {
+        report(op.tag, Status::kLaunchFailure);
+      }
+    } else if (auto* c = std::get_if<CopyOp>(&op.body)) {
+      void* dst = nullptr;
+      const void* src = nullptr;
+      if (c->dst.device) {
+        if (!ok(lookup(c->dst.addr, c->size, &dst))) return report(op.tag, Status::kInvalidDevicePointer);
+      } else {
+        dst = reinterpret_cast<void*>(static_cast<uintptr_t>(c->dst.addr));
+      }
+      if (c->src.device) {
+        void* p = nullptr;
+        if (!ok(lookup(c->src.addr, c->size, &p))) return report(op.tag, Status::kInvalidDevicePointer);
+        src = p;
+      } else {
+        src = reinterpret_cast<const void*>(static_cast<uintptr_t>(c->src.addr));
+      }
+      std::memmove(dst, src, c->size);
+    } else if (auto* m = std::get_if<SetOp>(&op.body)) {
+      void* dst = nullptr;
+      if (!ok(lookup(m->dst, m->size, &dst))) return report(op.tag, Status::kInvalidDevicePointer);
+      std::memset(dst, m->value, m->size);
+    } else if (auto* r = std::get_if<RecordOp>(&op.body)) {
+      r->cap->time = std::chrono::steady_clock::now();
+    } else if (auto* w = std::get_if<WaitOp>(&op.body)) {
+      w->stream->wait_for(w->seq);
+    } else if (auto* h = std::get_if<HostOp>(&op.body)) {
+      run_guarded(h->fn);
+    }
+  }
+
+  mutable std::mutex mu_;
+  std::array<std::shared_ptr<Stream>, kMaxStreams> streams_;  // guarded by mu_
+  // Live blocking streams, plus destroyed ones stream 0 has yet to depend on.
+  std::vector<std::shared_ptr<Stream>> blocking_;  // guarded by mu_
+  bool destroyed_blocking_ = false;                // guarded by mu_
+  std::unordered_map<uint32_t, Event> events_;     // guarded by mu_
+  std::vector<Worker> workers_;                    // guarded by mu_
+
+  mutable std::shared_mutex mem_mu_;
+  std::map<uint64_t, HostBlock> allocs_;  // guarded by mem_mu_
+  uint64_t next_addr_ = kDeviceBase;      // guarded by mem_mu_
+};
+
+// ---------------------------------------------------------------- public API
+
+uint64_t KernelContext::tick() const { return g_tick.fetch_add(1, std::memory_order_acq_rel) + 1; }
+
+void* KernelContext::translate(uint64_t device_addr, uint64_t bytes) const {
+  if (bytes == 0) return nullptr;  // nothing may be touched
+  void* p = nullptr;
+  if (!ok(dev_.lookup(device_addr, bytes, &p))) {
+    throw KernelError(Status::kInvalidDevicePointer, "kernel touched memory outside a live allocation");
+  }
+  return p;
+}
+
+void register_kernel(std::string_view name, Kernel fn) {
+  Registry& r = registry();
+  std::unique_lock lk(r.mu);
+  auto it = r.ids.find(name);
+  if (it != r.ids.end()) {
+    r.fns[it->second].store(fn, std::memory_order_release);
+    return;
+  }
+  const uint32_t id = r.count.load(std::memory_order_relaxed);
+  if (id >= kMaxKernels) throw std::length_error("ordo::sim: too many kernels registered");
+  r.ids.emplace(std::string(name), id);
+  r.fns[id].store(fn, std::memory_order_release);
+  r.count.store(id + 1, std::memory_order_release);
+}
+
+std::unique_ptr<Backend> make_sim_backend() {
+  register_builtin_kernels();
+  return std::make_unique<Device>();
+}
+
+}  // namespace ordo::sim

@@ -1,0 +1,66 @@
+#include "ordo/validate.h"
+
+namespace ordo {
+namespace {
+
+Status bad(std::string* why, std::string msg, Status s = Status::kInvalidValue) {
+  if (why) *why = std::move(msg);
+  return s;
+}
+
+Status check_host_range(MemKind kind, uint64_t off, uint64_t size, const Layout& l, std::string* why,
+                        const char* what) {
+  switch (kind) {
+    case MemKind::Device:
+      return Status::kSuccess;  // checked against the allocation table by the worker
+    case MemKind::Staging:
+      if (!range_ok(off, size, l.staging_per_ring))
+        return bad(why, std::string(what) + " range outside the stream's staging window");
+      return Status::kSuccess;
+    case MemKind::Pinned:
+      if (!range_ok(off, size, l.heap_size)) return bad(why, std::string(what) + " range outside the pinned heap");
+      return Status::kSuccess;
+  }
+  return bad(why, std::string(what) + " memory kind unknown");
+}
+
+}  // namespace
+
+Status check_entry(const Entry& e, Path path, const Layout& l, std::string* why) {
+  if (!valid_op(e.op)) return bad(why, "unknown op " + std::to_string(e.op), Status::kNotSupported);
+  const Op op = static_cast<Op>(e.op);
+  if (info(op).path != path)
+    return bad(why, std::string(info(op).name) + (path == Path::Ring ? " is not a stream op" : " is not a sync op"));
+  if (e.edge_count > kMaxEdges) return bad(why, "edge count " + std::to_string(e.edge_count) + " > " + std::to_string(kMaxEdges));
+  for (unsigned i = 0; i < e.edge_count; ++i)
+    if (e.edges[i].ring >= l.ring_count) return bad(why, "edge to ring " + std::to_string(e.edges[i].ring) + " that does not exist");
+  if (path == Path::Ring && e.thread >= l.slot_count) return bad(why, "thread slot out of range");
+
+  switch (op) {
+    case Op::Launch: {
+      const uint64_t size = e.arg[5] & 0xffffffffu;
+      if (!range_ok(e.arg[4], size, l.staging_per_ring)) return bad(why, "kernel arguments outside the staging window");
+      const uint32_t dims[6] = {uint32_t(e.arg[1]), uint32_t(e.arg[1] >> 32), uint32_t(e.arg[2]),
+                                uint32_t(e.arg[2] >> 32), uint32_t(e.arg[3]), uint32_t(e.arg[3] >> 32)};
+      for (uint32_t d : dims)
+        if (d == 0) return bad(why, "zero grid or block dimension", Status::kInvalidConfiguration);
+      return Status::kSuccess;
+    }
+    case Op::Memcpy: {
+      const auto dk = dst_kind(e.flags), sk = src_kind(e.flags);
+      if (e.flags >> 4) return bad(why, "unknown memcpy flags");
+      if (Status s = check_host_range(dk, e.arg[0], e.arg[2], l, why, "memcpy destination"); !ok(s)) return s;
+      return check_host_range(sk, e.arg[1], e.arg[2], l, why, "memcpy source");
+    }
+    case Op::Memset:
+      if (e.arg[1] > 0xff) return bad(why, "memset value is not a byte");
+      return Status::kSuccess;
+    case Op::StreamCreate:
+      if (e.arg[0] & ~kStreamNonBlocking) return bad(why, "unknown stream flags");
+      return Status::kSuccess;
+    default:
+      return Status::kSuccess;
+  }
+}
+
+}  // namespace ordo

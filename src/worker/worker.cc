@@ -1,0 +1,489 @@
+#include "ordo/worker.h"
+
+#include <immintrin.h>
+#include <time.h>
+
+#include <cinttypes>
+#include <cstring>
+#include <sstream>
+
+#include "ordo/validate.h"
+
+namespace ordo {
+namespace {
+
+uint64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+// Single-writer counter: no locked instruction on the hot path.
+void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+constexpr uint64_t kEventGenShift = 32;
+constexpr uint32_t kMaxEvents = 65536;
+constexpr uint32_t kBatch = 64;  // entries per ring per pass before the head is published
+
+}  // namespace
+
+Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
+    : region_(region),
+      backend_(backend),
+      opt_(options),
+      layout_(region.layout()),
+      rings_(layout_.ring_count),
+      slots_(layout_.slot_count),
+      chaos_rng_(options.chaos_seed) {
+  rings_[kLegacyRing].created = true;
+  // Resume from whatever the region says was already dispatched (a fresh region: 0).
+  for (uint32_t r = 0; r < layout_.ring_count; ++r) {
+    rings_[r].head = rings_[r].published = region_.ring(r).head.load(std::memory_order_relaxed);
+  }
+  for (uint32_t s = 0; s < layout_.slot_count; ++s)
+    slots_[s].taken = region_.slot(s).reply_seq.load(std::memory_order_relaxed);
+  backend_.set_error_sink([this](const OpTag& tag, Status s) { async_error(tag, s); });
+  RegionHeader* h = region_.header();
+  h->heartbeat_ns.store(now_ns(), std::memory_order_relaxed);
+  h->worker_state.store(uint32_t(WorkerState::kServing), std::memory_order_release);
+}
+
+Worker::~Worker() {
+  backend_.set_error_sink(nullptr);
+  region_.header()->worker_state.store(uint32_t(WorkerState::kStopped), std::memory_order_release);
+}
+
+uint64_t Worker::tail_of(uint32_t r) const { return region_.ring(r).tail.load(std::memory_order_acquire); }
+
+void Worker::log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why) {
+  bump(counters_.errors);
+  // Bounded: a hostile guest must not be able to fill the host's disk.
+  if (opt_.quiet || logged_ >= 100) return;
+  if (++logged_ == 100) std::fprintf(stderr, "ordo-worker: further bad-entry messages suppressed\n");
+  std::fprintf(stderr, "ordo-worker: rejected %s %u position %" PRIu64 ": %s\n", where, idx, pos, why.c_str());
+}
+
+void Worker::async_error(const OpTag& tag, Status s) {
+  counters_.errors.fetch_add(1, std::memory_order_relaxed);
+  if (tag.thread >= layout_.slot_count) return;
+  std::lock_guard lock(error_mu_);
+  ReplySlot& slot = region_.slot(tag.thread);
+  slot.error = int32_t(s);
+  slot.error_op = tag.op;
+  slot.error_pos = tag.pos;
+  slot.error_ring = tag.ring;
+  slot.error_seq.store(slot.error_seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+Status Worker::check_edges(const Entry& e, uint32_t own_ring, std::string* why) {
+  for (unsigned i = 0; i < e.edge_count; ++i) {
+    const Edge& edge = e.edges[i];
+    // An edge may only name an entry that was published before this one; anything
+    // later could close a cycle and stall the guest's rings forever.
+    const uint64_t limit = edge.ring == own_ring ? rings_[own_ring].head : tail_of(edge.ring);
+    if (edge.pos > limit) {
+      *why = "edge to ring " + std::to_string(edge.ring) + " position " + std::to_string(edge.pos) +
+             " which was not yet published";
+      return Status::kIllegalState;
+    }
+  }
+  return Status::kSuccess;
+}
+
+bool Worker::edges_ready(const Entry& e) const {
+  if (!opt_.ordered) return true;
+  for (unsigned i = 0; i < e.edge_count; ++i)
+    if (rings_[e.edges[i].ring].head < e.edges[i].pos) return false;
+  return true;
+}
+
+bool Worker::chaos_hold(bool& armed, uint64_t& until) {
+  if (!opt_.chaos_seed) return false;
+  const uint64_t now = now_ns();
+  if (!armed) {
+    armed = true;
+    until = now + chaos_rng_() % (uint64_t{opt_.chaos_max_hold_us} * 1000 + 1);
+  }
+  if (now < until) return true;
+  armed = false;
+  return false;
+}
+
+bool Worker::poll_ring(uint32_t r) {
+  RingState& rs = rings_[r];
+  RingControl& ctl = region_.ring(r);
+  const uint64_t tail = ctl.tail.load(std::memory_order_acquire);
+  if (tail == rs.head && !rs.staged) return false;
+  if (tail < rs.head || tail - rs.head > layout_.ring_capacity) {
+    // Going backwards or past the capacity: not something a correct guest writes.
+    // Serve nothing from this ring until its tail is sane again.
+    if (!rs.bad_tail_logged) {
+      rs.bad_tail_logged = true;
+      log_bad("ring", r, tail, "tail " + std::to_string(tail) + " is not within " +
+                                   std::to_string(layout_.ring_capacity) + " entries ahead of head " +
+                                   std::to_string(rs.head));
+    }
+    return false;
+  }
+  rs.bad_tail_logged = false;
+  bool progressed = false;
+  const uint64_t mask = layout_.ring_capacity - 1;
+  for (uint32_t n = 0; n < kBatch && rs.head < tail; ++n) {
+    if (!rs.staged) {
+      // Copy once, then validate and use only the copy (no double fetch).
+      std::memcpy(&rs.entry, &region_.entries(r)[rs.head & mask], sizeof(Entry));
+      std::string why;
+      Status s = check_entry(rs.entry, Path::Ring, layout_, &why);
+      if (ok(s)) s = check_edges(rs.entry, r, &why);
+      if (!ok(s)) {
+        log_bad("ring", r, rs.head, why);
+        async_error({r, rs.entry.thread < layout_.slot_count ? rs.entry.thread : kNoSlot, rs.head, rs.entry.op}, s);
+        ++rs.head;
+        progressed = true;
+        continue;
+      }
+      rs.staged = true;
+      rs.waited = false;
+    }
+    if (!edges_ready(rs.entry)) {
+      if (!rs.waited) {
+        rs.waited = true;
+        bump(counters_.edge_waits);
+      }
+      break;
+    }
+    if (chaos_hold(rs.chaos_armed, rs.chaos_until_ns)) break;
+    const Status s = dispatch(r, rs.entry, rs.head);
+    if (!ok(s)) async_error({r, rs.entry.thread, rs.head, rs.entry.op}, s);
+    rs.staged = false;
+    ++rs.head;
+    progressed = true;
+  }
+  if (rs.head != rs.published) {
+    rs.published = rs.head;
+    ctl.head.store(rs.head, std::memory_order_release);
+  }
+  return progressed;
+}
+
+Status Worker::check_device_range(uint64_t addr, uint64_t size) const {
+  auto it = allocations_.upper_bound(addr);
+  if (it == allocations_.begin()) return Status::kInvalidDevicePointer;
+  --it;
+  if (!range_ok(addr - it->first, size, it->second)) return Status::kInvalidDevicePointer;
+  return Status::kSuccess;
+}
+
+Status Worker::resolve(MemKind kind, uint32_t ring, uint64_t addr, uint64_t size, MemOperand* out) {
+  switch (kind) {
+    case MemKind::Device:
+      out->device = true;
+      out->addr = addr;
+      return check_device_range(addr, size);
+    case MemKind::Staging:  // bounds already checked by check_entry
+      out->device = false;
+      out->addr = reinterpret_cast<uintptr_t>(region_.staging(ring) + addr);
+      return Status::kSuccess;
+    case MemKind::Pinned:
+      out->device = false;
+      out->addr = reinterpret_cast<uintptr_t>(region_.heap() + addr);
+      return Status::kSuccess;
+  }
+  return Status::kInvalidValue;
+}
+
+Status Worker::event_index(uint64_t handle, uint32_t* index) const {
+  const uint32_t idx = uint32_t(handle);
+  const uint32_t gen = uint32_t(handle >> kEventGenShift);
+  if (idx >= events_.size() || !events_[idx].live || events_[idx].generation != gen)
+    return Status::kInvalidResourceHandle;
+  *index = idx;
+  return Status::kSuccess;
+}
+
+Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
+  const Op op = static_cast<Op>(e.op);
+  bump(counters_.ops[e.op]);
+  bump(counters_.entries);
+  RingState& rs = rings_[r];
+  const OpTag tag{r, e.thread, pos, e.op};
+  if (op != Op::StreamCreate && op != Op::Nop && !rs.created) return Status::kInvalidResourceHandle;
+  switch (op) {
+    case Op::Nop:
+      return Status::kSuccess;
+    case Op::StreamCreate: {
+      if (rs.created) return Status::kInvalidResourceHandle;
+      Status s = backend_.stream_create(r, !(e.arg[0] & kStreamNonBlocking), int(int64_t(e.arg[1])));
+      rs.created = ok(s);
+      return s;
+    }
+    case Op::StreamDestroy:
+      if (r == kLegacyRing) return Status::kInvalidResourceHandle;
+      rs.created = false;
+      return backend_.stream_destroy(r);
+    case Op::Fence: {
+      RingControl* ctl = &region_.ring(r);
+      backend_.host_callback(r, [ctl, pos] { ctl->completed.store(pos + 1, std::memory_order_release); });
+      return Status::kSuccess;
+    }
+    case Op::Launch: {
+      LaunchParams p;
+      p.kernel = uint32_t(e.arg[0]);
+      p.grid = {uint32_t(e.arg[1]), uint32_t(e.arg[1] >> 32), uint32_t(e.arg[2])};
+      p.block = {uint32_t(e.arg[2] >> 32), uint32_t(e.arg[3]), uint32_t(e.arg[3] >> 32)};
+      p.args = region_.staging(r) + e.arg[4];
+      p.args_size = uint32_t(e.arg[5]);
+      p.shared_mem = uint32_t(e.arg[5] >> 32);
+      return backend_.launch(r, p, tag);
+    }
+    case Op::Memcpy: {
+      MemOperand dst, src;
+      if (Status s = resolve(dst_kind(e.flags), r, e.arg[0], e.arg[2], &dst); !ok(s)) return s;
+      if (Status s = resolve(src_kind(e.flags), r, e.arg[1], e.arg[2], &src); !ok(s)) return s;
+      return backend_.memcpy(r, dst, src, e.arg[2], tag);
+    }
+    case Op::Memset:
+      if (Status s = check_device_range(e.arg[0], e.arg[2]); !ok(s)) return s;
+      return backend_.memset(r, e.arg[0], uint8_t(e.arg[1]), e.arg[2], tag);
+    case Op::EventRecord:
+    case Op::StreamWaitEvent: {
+      uint32_t idx;
+      if (Status s = event_index(e.arg[0], &idx); !ok(s)) return s;
+      return op == Op::EventRecord ? backend_.event_record(r, idx) : backend_.stream_wait_event(r, idx);
+    }
+    default:
+      return Status::kNotSupported;  // check_entry keeps slot ops off rings
+  }
+}
+
+void Worker::reply(uint32_t s, uint64_t seq, Status st, uint64_t r0, uint64_t r1) {
+  ReplySlot& slot = region_.slot(s);
+  slot.status = int32_t(st);
+  slot.result[0] = r0;
+  slot.result[1] = r1;
+  slot.reply_seq.store(seq, std::memory_order_release);
+}
+
+bool Worker::try_slot(uint32_t s) {
+  SlotState& ss = slots_[s];
+  ReplySlot& slot = region_.slot(s);
+  if (!ss.staged) {
+    const uint64_t seq = slot.request_seq.load(std::memory_order_acquire);
+    if (seq == ss.taken) return false;
+    ss.taken = seq;
+    ss.seq = seq;
+    bump(counters_.slot_requests);
+    std::memcpy(&ss.entry, &slot.request, sizeof(Entry));
+    std::string why;
+    Status st = check_entry(ss.entry, Path::Slot, layout_, &why);
+    if (ok(st)) st = check_edges(ss.entry, kMaxRings, &why);
+    if (!ok(st)) {
+      log_bad("slot", s, seq, why);
+      reply(s, seq, st);
+      return true;
+    }
+    ss.staged = true;
+    ss.waited = false;
+  }
+  if (!edges_ready(ss.entry)) {
+    if (!ss.waited) {
+      ss.waited = true;
+      bump(counters_.edge_waits);
+    }
+    return false;
+  }
+  ss.staged = false;
+  serve_slot(s, ss.entry, ss.seq);
+  return true;
+}
+
+void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
+  const Op op = static_cast<Op>(e.op);
+  bump(counters_.ops[e.op]);
+  switch (op) {
+    case Op::Null:
+      return reply(s, seq, Status::kSuccess);
+    case Op::Malloc: {
+      uint64_t addr = 0;
+      Status st = backend_.malloc(e.arg[0], &addr);
+      if (ok(st)) allocations_[addr] = e.arg[0];
+      return reply(s, seq, st, addr);
+    }
+    case Op::Free: {
+      if (e.arg[0] == 0) return reply(s, seq, Status::kSuccess);  // cudaFree(nullptr)
+      auto it = allocations_.find(e.arg[0]);
+      if (it == allocations_.end()) return reply(s, seq, Status::kInvalidDevicePointer);
+      allocations_.erase(it);
+      return reply(s, seq, backend_.free(e.arg[0]));
+    }
+    case Op::KernelLookup: {
+      char name[kSlotPayload + 1];
+      std::memcpy(name, region_.slot(s).payload, kSlotPayload);
+      name[kSlotPayload] = 0;
+      uint32_t id = 0;
+      Status st = backend_.kernel_lookup(std::string_view(name, strnlen(name, kSlotPayload)), &id);
+      return reply(s, seq, st, id);
+    }
+    case Op::EventCreate: {
+      uint32_t idx;
+      if (!free_events_.empty()) {
+        idx = free_events_.back();
+        free_events_.pop_back();
+      } else if (events_.size() < kMaxEvents) {
+        idx = uint32_t(events_.size());
+        events_.emplace_back();
+      } else {
+        return reply(s, seq, Status::kMemoryAllocation);
+      }
+      Status st = backend_.event_create(idx, uint32_t(e.arg[0]));
+      if (!ok(st)) {
+        free_events_.push_back(idx);
+        return reply(s, seq, st);
+      }
+      events_[idx].live = true;
+      return reply(s, seq, st, uint64_t{events_[idx].generation} << kEventGenShift | idx);
+    }
+    case Op::EventDestroy: {
+      uint32_t idx;
+      if (Status st = event_index(e.arg[0], &idx); !ok(st)) return reply(s, seq, st);
+      events_[idx].live = false;
+      ++events_[idx].generation;
+      free_events_.push_back(idx);
+      return reply(s, seq, backend_.event_destroy(idx));
+    }
+    case Op::EventQuery: {
+      uint32_t idx;
+      if (Status st = event_index(e.arg[0], &idx); !ok(st)) return reply(s, seq, st);
+      return reply(s, seq, backend_.event_query(idx));
+    }
+    case Op::EventSynchronize: {
+      uint32_t idx;
+      if (Status st = event_index(e.arg[0], &idx); !ok(st)) return reply(s, seq, st);
+      // Completes from a backend thread: the dispatch thread never waits on the device.
+      backend_.event_notify(idx, [this, s, seq] { reply(s, seq, Status::kSuccess); });
+      return;
+    }
+    case Op::EventElapsed: {
+      uint32_t a, b;
+      if (Status st = event_index(e.arg[0], &a); !ok(st)) return reply(s, seq, st);
+      if (Status st = event_index(e.arg[1], &b); !ok(st)) return reply(s, seq, st);
+      float ms = 0;
+      Status st = backend_.event_elapsed(a, b, &ms);
+      uint32_t bits;
+      std::memcpy(&bits, &ms, sizeof bits);
+      return reply(s, seq, st, bits);
+    }
+    default:
+      return reply(s, seq, Status::kNotSupported);
+  }
+}
+
+bool Worker::poll_slots() {
+  bool progressed = false;
+  const uint64_t bell = region_.header()->slot_doorbell.load(std::memory_order_acquire);
+  const bool scan = bell != slot_doorbell_seen_;
+  slot_doorbell_seen_ = bell;
+  for (uint32_t s = 0; s < layout_.slot_count; ++s)
+    if (scan || slots_[s].staged) progressed |= try_slot(s);
+  return progressed;
+}
+
+bool Worker::poll_once() {
+  bool progressed = poll_slots();
+  const RegionHeader* h = region_.header();
+  for (uint32_t w = 0; w * 64 < layout_.ring_count; ++w) {
+    uint64_t open = h->ring_open[w].load(std::memory_order_acquire);
+    if (w == 0) open |= 1;
+    while (open) {
+      const uint32_t r = w * 64 + uint32_t(__builtin_ctzll(open));
+      open &= open - 1;
+      if (r < layout_.ring_count) progressed |= poll_ring(r);
+    }
+  }
+  // Slots whose edges just became ready by the ring pass.
+  return poll_slots() || progressed;
+}
+
+void Worker::run(DoorbellWaiter* doorbell) {
+  RegionHeader* h = region_.header();
+  uint64_t idle_since = 0;
+  uint64_t last_beat = 0;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    const uint64_t now = now_ns();
+    if (now - last_beat > 100'000'000) {
+      h->heartbeat_ns.store(now, std::memory_order_relaxed);
+      last_beat = now;
+    }
+    if (poll_once()) {
+      idle_since = 0;
+      continue;
+    }
+    if (idle_since == 0) idle_since = now;
+    const bool chaos_pending = opt_.chaos_seed != 0;
+    if (now - idle_since < uint64_t(opt_.spin.count()) * 1000 || chaos_pending) {
+      _mm_pause();
+      continue;
+    }
+    // Sleep handshake (io_uring SQPOLL's NEED_WAKEUP rule): announce, fence,
+    // look once more, then sleep. A guest publishes, fences, then checks the flag.
+    h->worker_sleeping.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!poll_once()) {
+      bump(counters_.sleeps);
+      const auto limit = opt_.max_sleep;
+      bool rang = false;
+      if (doorbell) {
+        rang = doorbell->wait(limit);
+      } else {
+        timespec ts{0, long(std::min<int64_t>(limit.count(), 1000) * 1000)};
+        nanosleep(&ts, nullptr);
+      }
+      if (rang) bump(counters_.wakeups);
+    }
+    h->worker_sleeping.store(0, std::memory_order_relaxed);
+    idle_since = 0;
+  }
+}
+
+WorkerStats Worker::stats() const {
+  WorkerStats s;
+  for (size_t i = 0; i < kOpCount; ++i) s.ops[i] = counters_.ops[i].load(std::memory_order_relaxed);
+  s.entries = counters_.entries.load(std::memory_order_relaxed);
+  s.slot_requests = counters_.slot_requests.load(std::memory_order_relaxed);
+  s.edge_waits = counters_.edge_waits.load(std::memory_order_relaxed);
+  s.errors = counters_.errors.load(std::memory_order_relaxed);
+  s.sleeps = counters_.sleeps.load(std::memory_order_relaxed);
+  s.wakeups_by_doorbell = counters_.wakeups.load(std::memory_order_relaxed);
+  return s;
+}
+
+std::string WorkerStats::table() const {
+  std::ostringstream o;
+  o << "ring entries dispatched  " << entries << "\n"
+    << "sync requests            " << slot_requests << "\n"
+    << "entries that waited      " << edge_waits << "\n"
+    << "errors                   " << errors << "\n"
+    << "idle sleeps              " << sleeps << " (" << wakeups_by_doorbell << " ended by doorbell)\n";
+  for (size_t i = 0; i < kOpCount; ++i)
+    if (ops[i]) o << "  " << kOps[i].name << std::string(24 - std::min<size_t>(22, kOps[i].name.size()), ' ') << ops[i] << "\n";
+  return o.str();
+}
+
+std::string WorkerStats::json() const {
+  std::ostringstream o;
+  o << "{\"entries\":" << entries << ",\"sync_requests\":" << slot_requests << ",\"edge_waits\":" << edge_waits
+    << ",\"errors\":" << errors << ",\"sleeps\":" << sleeps << ",\"doorbell_wakeups\":" << wakeups_by_doorbell
+    << ",\"ops\":{";
+  bool first = true;
+  for (size_t i = 0; i < kOpCount; ++i) {
+    if (!ops[i]) continue;
+    o << (first ? "" : ",") << "\"" << kOps[i].name << "\":" << ops[i];
+    first = false;
+  }
+  o << "}}";
+  return o.str();
+}
+
+}  // namespace ordo

@@ -1,0 +1,122 @@
+#include "harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <gtest/gtest.h>
+
+namespace ordo::test {
+
+std::string unique_region(const char* tag) {
+  static std::atomic<int> n{0};
+  return "/dev/shm/ordo-test-" + std::to_string(getpid()) + "-" + std::to_string(n++) + "-" + tag;
+}
+
+WorkerProcess::WorkerProcess(std::vector<std::string> args, const char* size) {
+  region_ = unique_region("proc");
+  log_ = region_ + ".log";
+  const std::string ready = region_ + ".ready";
+  const char* exe = std::getenv("ORDO_WORKER");
+  if (!exe) throw std::runtime_error("ORDO_WORKER is not set: run the tests through meson test");
+  std::vector<std::string> argv = {exe, "--region", region_, "--size", size, "--ready-file", ready, "--stats"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_ = fork();
+  if (pid_ == 0) {
+    int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) dup2(fd, 2);
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    execv(exe, cargv.data());
+    _exit(127);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    if (access(ready.c_str(), F_OK) == 0) {
+      unlink(ready.c_str());
+      return;
+    }
+    int st;
+    if (waitpid(pid_, &st, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("ordo-worker exited at start; see " + log_);
+    }
+    usleep(5000);
+  }
+  throw std::runtime_error("ordo-worker did not become ready in 5 s");
+}
+
+std::string WorkerProcess::stop() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    int st;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+  }
+  std::ifstream f(log_);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+WorkerProcess::~WorkerProcess() {
+  stop();
+  unlink(region_.c_str());
+  unlink(doorbell_path(region_).c_str());
+  unlink(log_.c_str());
+}
+
+std::unique_ptr<Client> WorkerProcess::attach(ClientOptions o) {
+  std::string err;
+  auto c = Client::attach(region_, &err, o);
+  if (!c) throw std::runtime_error("attach failed: " + err);
+  return c;
+}
+
+InProcessWorker::InProcessWorker(WorkerOptions o, uint64_t size) {
+  path_ = unique_region("thread");
+  Layout l;
+  if (!plan_default_layout(size, &l)) throw std::runtime_error("bad size");
+  std::string err;
+  region_ = Region::create(path_, l, &err);
+  if (!region_) throw std::runtime_error(err);
+  backend_ = make_backend("sim", &err);
+  if (!backend_) throw std::runtime_error(err);
+  bell_ = DoorbellWaiter::open_fifo(doorbell_path(path_), &err);
+  o.quiet = true;
+  worker_ = std::make_unique<Worker>(*region_, *backend_, o);
+  thread_ = std::thread([this] { worker_->run(bell_.get()); });
+}
+
+InProcessWorker::~InProcessWorker() {
+  worker_->stop();
+  thread_.join();
+  worker_.reset();
+  backend_.reset();
+  unlink(path_.c_str());
+  unlink(doorbell_path(path_).c_str());
+}
+
+std::unique_ptr<Client> InProcessWorker::attach(ClientOptions o) {
+  std::string err;
+  auto c = Client::attach(path_, &err, o);
+  if (!c) throw std::runtime_error("attach failed: " + err);
+  return c;
+}
+
+uint32_t kernel(Client& c, const char* name) {
+  uint32_t k = 0;
+  Status s = c.kernel_lookup(name, &k);
+  EXPECT_EQ(s, Status::kSuccess) << "kernel_lookup(" << name << ")";
+  return k;
+}
+
+}  // namespace ordo::test

@@ -1,0 +1,58 @@
+// Test plumbing: a worker in another process (as in production) or in a thread
+// (for sanitizers and white-box checks), each on its own /dev/shm region.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ordo/backend.h"
+#include "ordo/client.h"
+#include "ordo/region.h"
+#include "ordo/worker.h"
+
+namespace ordo::test {
+
+std::string unique_region(const char* tag);
+
+class WorkerProcess {
+ public:
+  // Starts $ORDO_WORKER (the built ordo-worker) on a fresh region; waits until it serves.
+  explicit WorkerProcess(std::vector<std::string> args = {}, const char* size = "16M");
+  ~WorkerProcess();
+  const std::string& region() const { return region_; }
+  std::unique_ptr<Client> attach(ClientOptions o = {});
+  pid_t pid() const { return pid_; }
+  // Stops the worker and returns its stderr.
+  std::string stop();
+
+ private:
+  std::string region_, log_;
+  pid_t pid_ = -1;
+};
+
+class InProcessWorker {
+ public:
+  explicit InProcessWorker(WorkerOptions o = {}, uint64_t size = 16u << 20);
+  ~InProcessWorker();
+  const std::string& region_path() const { return path_; }
+  Region& region() { return *region_; }
+  Worker& worker() { return *worker_; }
+  std::unique_ptr<Client> attach(ClientOptions o = {});
+
+ private:
+  std::string path_;
+  std::unique_ptr<Region> region_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Worker> worker_;
+  std::unique_ptr<DoorbellWaiter> bell_;
+  std::thread thread_;
+};
+
+// Looks a kernel up and fails the test on error.
+uint32_t kernel(Client& c, const char* name);
+
+}  // namespace ordo::test
