@@ -117,6 +117,15 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options)
 }
 
 Client::~Client() {
+  // Leave the worker as a later guest expects it: no stream or event of ours open.
+  if (worker_alive()) {
+    ThreadState& t = thread();
+    device_synchronize();
+    for (uint32_t r = 1; r < rings_.size(); ++r)
+      if (rings_[r]->open.load()) release_ring(t, r);
+    for (uint32_t i = 0; i < 65536; ++i)
+      if (EventState* ev = events_[i].load(); ev && ev->handle) event_destroy(Event{ev->handle});
+  }
   {
     std::lock_guard lock(slots_->mu);
     slots_->client = nullptr;

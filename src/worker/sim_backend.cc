@@ -231,7 +231,13 @@ struct Stream {
   bool idle = false;                // guarded by mu
   uint32_t done_waiters = 0;        // guarded by mu
   std::multimap<uint64_t, std::function<void()>> notifies;  // guarded by mu
-  std::atomic<uint64_t> completed{0};  // stored under mu by the stream thread only
+  // Completed ops; stored by the stream thread only.
+  std::atomic<uint64_t> completed{0};
+  // done_waiters + notifies.size(), changed under mu. The stream thread takes mu
+  // after a completion only when this is nonzero. Both sides use seq_cst (store
+  // completed, then load watchers; change watchers, then load completed), so a
+  // watcher either sees the new count or is seen by the stream thread.
+  std::atomic<uint64_t> watchers{0};
   std::atomic<bool> exited{false};
 
   bool done(uint64_t seq) const { return completed.load(std::memory_order_acquire) >= seq; }
@@ -240,16 +246,36 @@ struct Stream {
     if (done(seq)) return;
     std::unique_lock lk(mu);
     ++done_waiters;
-    done_cv.wait(lk, [&] { return completed.load(std::memory_order_relaxed) >= seq; });
+    watchers.fetch_add(1);
+    done_cv.wait(lk, [&] { return completed.load() >= seq; });
+    watchers.fetch_sub(1);
     --done_waiters;
   }
 
   // Registers fn to run once seq completes; false (fn untouched) if it already has.
   bool add_notify(uint64_t seq, std::function<void()>& fn) {
     std::lock_guard lk(mu);
-    if (completed.load(std::memory_order_relaxed) >= seq) return false;
+    watchers.fetch_add(1);
+    if (completed.load() >= seq) {
+      watchers.fetch_sub(1);
+      return false;
+    }
     notifies.emplace(seq, std::move(fn));
     return true;
+  }
+
+  // Called by the stream thread after each op; moves due notifications to `ready`.
+  void complete_one(std::vector<std::function<void()>>& ready) {
+    const uint64_t c = completed.load(std::memory_order_relaxed) + 1;
+    completed.store(c);
+    if (watchers.load() == 0) return;
+    std::lock_guard lk(mu);
+    if (done_waiters != 0) done_cv.notify_all();
+    while (!notifies.empty() && notifies.begin()->first <= c) {
+      auto node = notifies.extract(notifies.begin());
+      ready.push_back(std::move(node.mapped()));
+      watchers.fetch_sub(1);
+    }
   }
 };
 
@@ -603,16 +629,7 @@ class Device final : public Backend {
       while (!batch.empty()) {
         execute(batch.front());
         batch.pop_front();  // release what the op holds before it counts as complete
-        {
-          std::lock_guard lk(s.mu);
-          const uint64_t c = s.completed.load(std::memory_order_relaxed) + 1;
-          s.completed.store(c, std::memory_order_release);
-          if (s.done_waiters != 0) s.done_cv.notify_all();
-          while (!s.notifies.empty() && s.notifies.begin()->first <= c) {
-            auto node = s.notifies.extract(s.notifies.begin());
-            ready.push_back(std::move(node.mapped()));
-          }
-        }
+        s.complete_one(ready);
         for (auto& fn : ready) run_guarded(fn);
         ready.clear();
       }
