@@ -349,7 +349,9 @@ uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, Entry e, Event
 uint64_t Client::push_fence_locked(ThreadState& t, Ring& g, uint32_t r) {
   Entry e{};
   e.op = uint16_t(Op::Fence);
+  const uint64_t keep = t.last_pos;  // a fence is bookkeeping, not the caller's call
   push_locked(t, g, r, e, nullptr);
+  t.last_pos = keep;
   g.fence_end = g.tail;
   g.fence_stage = g.stage_tail;
   return g.tail;
