@@ -1,6 +1,8 @@
 // The guest library against a real worker: data paths, errors, backpressure.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -192,6 +194,28 @@ TEST(Client, SixteenThreadsExhaustRingsAndStagingWithoutLoss) {
   std::vector<uint64_t> out(kThreads);
   ASSERT_EQ(c->memcpy_d2h(out.data(), d, kThreads * 8), Status::kSuccess);
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(out[t], uint64_t(kCalls) * (kCalls + 1) / 2) << "thread " << t;
+}
+
+}  // namespace
+}  // namespace ordo::test
+
+namespace ordo::test {
+namespace {
+
+TEST(Client, IdleWorkerSleepsAndTheDoorbellWakesIt) {
+  InProcessWorker w;
+  auto c = w.attach();
+  ASSERT_EQ(c->null_call(), Status::kSuccess);
+  const RegionHeader* h = w.region().header();
+  bool asleep = false;
+  for (int i = 0; i < 2000 && !asleep; ++i) {
+    asleep = h->worker_sleeping.load() == 1;
+    if (!asleep) usleep(1000);
+  }
+  ASSERT_TRUE(asleep) << "an idle worker must stop spinning and sleep on its doorbell";
+  const uint64_t before = w.worker().stats().wakeups_by_doorbell;
+  ASSERT_EQ(c->null_call(), Status::kSuccess);
+  EXPECT_GT(w.worker().stats().wakeups_by_doorbell, before) << "the guest's call should have rung the doorbell";
 }
 
 }  // namespace
