@@ -21,9 +21,9 @@ std::string unique_region(const char* tag) {
   return "/dev/shm/ordo-test-" + std::to_string(getpid()) + "-" + std::to_string(n++) + "-" + tag;
 }
 
-WorkerProcess::WorkerProcess(std::vector<std::string> args, const char* size) {
-  region_ = unique_region("proc");
-  log_ = region_ + ".log";
+WorkerProcess::WorkerProcess(std::vector<std::string> args, const char* size, std::string region) {
+  region_ = region.empty() ? unique_region("proc") : region;
+  log_ = region_ + "." + std::to_string(getpid()) + "." + std::to_string(reinterpret_cast<uintptr_t>(this)) + ".log";
   const std::string ready = region_ + ".ready";
   const char* exe = std::getenv("ORDO_WORKER");
   if (!exe) throw std::runtime_error("ORDO_WORKER is not set: run the tests through meson test");
@@ -69,8 +69,10 @@ std::string WorkerProcess::stop() {
 
 WorkerProcess::~WorkerProcess() {
   stop();
-  unlink(region_.c_str());
-  unlink(doorbell_path(region_).c_str());
+  if (owns_region_) {
+    unlink(region_.c_str());
+    unlink(doorbell_path(region_).c_str());
+  }
   unlink(log_.c_str());
 }
 
@@ -90,7 +92,7 @@ InProcessWorker::InProcessWorker(WorkerOptions o, uint64_t size) {
   if (!region_) throw std::runtime_error(err);
   backend_ = make_backend("sim", &err);
   if (!backend_) throw std::runtime_error(err);
-  bell_ = DoorbellWaiter::open_fifo(doorbell_path(path_), &err);
+  bell_ = DoorbellWaiter::listen(doorbell_path(path_), &err);
   o.quiet = true;
   worker_ = std::make_unique<Worker>(*region_, *backend_, o);
   thread_ = std::thread([this] { worker_->run(bell_.get()); });

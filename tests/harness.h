@@ -21,7 +21,8 @@ std::string unique_region(const char* tag);
 class WorkerProcess {
  public:
   // Starts $ORDO_WORKER (the built ordo-worker) on a fresh region; waits until it serves.
-  explicit WorkerProcess(std::vector<std::string> args = {}, const char* size = "16M");
+  // `region`: reuse this path (a restarted worker); empty: a fresh one.
+  explicit WorkerProcess(std::vector<std::string> args = {}, const char* size = "16M", std::string region = "");
   ~WorkerProcess();
   const std::string& region() const { return region_; }
   std::unique_ptr<Client> attach(ClientOptions o = {});
@@ -32,6 +33,10 @@ class WorkerProcess {
  private:
   std::string region_, log_;
   pid_t pid_ = -1;
+  bool owns_region_ = true;
+ public:
+  // Leaves the region file in place when destroyed (another worker takes it over).
+  void keep_region() { owns_region_ = false; }
 };
 
 class InProcessWorker {

@@ -6,11 +6,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ordo/backend.h"
@@ -41,6 +43,8 @@ struct ClientOptions {
   // A call that waits this long on a worker whose heartbeat stopped fails with
   // kDevicesUnavailable instead of hanging.
   std::chrono::milliseconds worker_timeout{5000};
+  // How long attach waits for the worker to accept the session.
+  std::chrono::milliseconds attach_timeout{5000};
 };
 
 class Client {
@@ -106,7 +110,7 @@ class Client {
   struct ThreadState;
   struct SlotPool;
 
-  Client(std::unique_ptr<Region> region, ClientOptions options);
+  Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t session);
   ThreadState& thread();
   Status check_async_error(ThreadState& t);
   Status finish(ThreadState& t, Status own);  // record last error, surface async errors
@@ -139,6 +143,11 @@ class Client {
   struct Heap;
   std::unique_ptr<Heap> heap_;
   const uint64_t id_;
+  uint64_t guest_session_ = 0;
+  std::thread heartbeat_;
+  std::mutex beat_mu_;
+  std::condition_variable beat_cv_;
+  bool beat_stop_ = false;
 };
 
 }  // namespace ordo

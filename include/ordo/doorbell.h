@@ -1,6 +1,7 @@
 // Waking an idle worker. The worker sleeps on a readable fd through io_uring: a
-// FIFO next to the region for guests on this host, an ivshmem-server eventfd for
-// VMs. Rings are advisory: one can be lost (nobody listening, a VM without the
+// Unix datagram socket next to the region for guests on this host (a send to a
+// dead worker fails with ECONNREFUSED instead of raising SIGPIPE, as a FIFO
+// would), an ivshmem-server eventfd for VMs. Rings are advisory: one can be lost (nobody listening, a VM without the
 // doorbell device), so the worker never sleeps longer than its timeout.
 #pragma once
 
@@ -16,8 +17,8 @@ std::string doorbell_path(const std::string& region_path);
 
 class DoorbellWaiter {
  public:
-  // Creates the FIFO if needed and opens it so that it never reports end-of-file.
-  static std::unique_ptr<DoorbellWaiter> open_fifo(const std::string& path, std::string* error);
+  // Binds a datagram socket at `path` (replacing a stale one).
+  static std::unique_ptr<DoorbellWaiter> listen(const std::string& path, std::string* error);
   ~DoorbellWaiter();
   DoorbellWaiter(const DoorbellWaiter&) = delete;
   DoorbellWaiter& operator=(const DoorbellWaiter&) = delete;
@@ -31,6 +32,7 @@ class DoorbellWaiter {
   io_uring ring_{};
   int fd_ = -1;
   bool armed_ = false;
+  bool ring_ready_ = false;
   char buf_[64];
   std::string path_;
 };
@@ -38,15 +40,15 @@ class DoorbellWaiter {
 class DoorbellRinger {
  public:
   DoorbellRinger() = default;
-  explicit DoorbellRinger(const std::string& path);  // silently inert when the FIFO is absent
+  explicit DoorbellRinger(const std::string& path);  // rings go nowhere while nobody listens
   ~DoorbellRinger();
   DoorbellRinger(const DoorbellRinger&) = delete;
   DoorbellRinger& operator=(const DoorbellRinger&) = delete;
   void ring() const;
-  bool connected() const { return fd_ >= 0; }
 
  private:
   int fd_ = -1;
+  std::string path_;
 };
 
 }  // namespace ordo

@@ -121,9 +121,11 @@ struct RegionHeader {
   alignas(kCacheLine) std::atomic<uint64_t> heartbeat_ns;  // CLOCK_MONOTONIC of the host, advanced while serving
   std::atomic<uint32_t> worker_sleeping;                   // 1: ring the doorbell after publishing
   std::atomic<uint32_t> worker_state;                      // WorkerState
+  std::atomic<uint64_t> attached_session;                  // the guest session being served; 0: none
   // Guest-written.
   alignas(kCacheLine) std::atomic<uint64_t> slot_doorbell;  // bumped after posting a slot request
-  std::atomic<uint64_t> guest_session;                      // set by the attached guest
+  std::atomic<uint64_t> guest_session;                      // the attached guest's random id; 0 on detach
+  std::atomic<uint64_t> guest_beat;                         // bumped every 100 ms while the guest lives
   alignas(kCacheLine) std::atomic<uint64_t> ring_open[kMaxRings / 64];  // bitmap of rings in use
 };
 static_assert(sizeof(RegionHeader) <= 4096);

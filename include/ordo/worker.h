@@ -34,6 +34,9 @@ struct WorkerOptions {
   // most max_sleep (a lost ring costs at most that).
   std::chrono::microseconds spin{200};
   std::chrono::microseconds max_sleep{std::chrono::milliseconds(20)};
+  // A guest whose heartbeat stops this long is presumed dead: its streams,
+  // events and memory are freed and the region waits for a new guest.
+  std::chrono::milliseconds guest_timeout{5000};
   bool quiet = false;
 };
 
@@ -45,6 +48,9 @@ struct WorkerStats {
   uint64_t errors = 0;       // bad entries and failed calls
   uint64_t sleeps = 0;
   uint64_t wakeups_by_doorbell = 0;
+  uint64_t sessions = 0;        // guest sessions attached
+  uint64_t sessions_lost = 0;   // of those, declared dead by heartbeat
+  uint64_t allocations = 0;     // device allocations the current guest holds
   std::string table() const;  // plain text, one line per non-zero counter
   std::string json() const;   // one line
 };
@@ -103,6 +109,9 @@ class Worker {
   void async_error(const OpTag& tag, Status s);
   void log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why);
   uint64_t tail_of(uint32_t r) const;
+  void check_session(uint64_t now_ns);
+  void reset_session();
+  void attach_session(uint64_t session);
 
   Region& region_;
   Backend& backend_;
@@ -114,6 +123,9 @@ class Worker {
   std::vector<uint32_t> free_events_;
   std::map<uint64_t, uint64_t> allocations_;  // device address -> size, this guest's only
   uint64_t slot_doorbell_seen_ = 0;
+  uint64_t attached_ = 0;       // guest session served; nothing is polled while 0
+  uint64_t refused_ = 0;        // a session declared dead: not served again
+  uint64_t beat_seen_ = 0, beat_changed_ns_ = 0;
   std::mt19937_64 chaos_rng_;
   std::atomic<bool> stop_{false};
   mutable std::mutex error_mu_;  // async errors come from backend threads too
@@ -121,6 +133,7 @@ class Worker {
   struct Counters {
     std::array<std::atomic<uint64_t>, kOpCount> ops{};
     std::atomic<uint64_t> entries{0}, slot_requests{0}, edge_waits{0}, errors{0}, sleeps{0}, wakeups{0};
+    std::atomic<uint64_t> sessions{0}, sessions_lost{0}, allocations{0};
   } counters_;
   uint32_t logged_ = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 #include <sched.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <algorithm>
@@ -88,7 +89,7 @@ namespace {
 thread_local std::unordered_map<uint64_t, std::unique_ptr<void, void (*)(void*)>> t_states;
 }
 
-Client::Client(std::unique_ptr<Region> region, ClientOptions options)
+Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t session)
     : region_(std::move(region)),
       opt_(options),
       bell_(doorbell_path(region_->path())),
@@ -96,7 +97,8 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options)
       slots_(std::make_shared<SlotPool>()),
       events_(new std::atomic<EventState*>[65536]),
       heap_(std::make_unique<Heap>()),
-      id_(g_next_client_id.fetch_add(1)) {
+      id_(g_next_client_id.fetch_add(1)),
+      guest_session_(session) {
   const Layout& l = region_->layout();
   rings_.reserve(l.ring_count);
   for (uint32_t r = 0; r < l.ring_count; ++r) {
@@ -113,23 +115,29 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options)
   for (uint32_t i = 0; i < 65536; ++i) events_[i].store(nullptr, std::memory_order_relaxed);
   if (l.heap_size >= 4096)
     heap_->buf = std::make_unique<bip::managed_external_buffer>(bip::create_only, region_->heap(), l.heap_size);
-  region_->header()->guest_session.store(id_ ^ steady_ms(), std::memory_order_release);
+  // The worker frees this session's resources when the beat stops (we died).
+  heartbeat_ = std::thread([this] {
+    std::unique_lock lock(beat_mu_);
+    while (!beat_cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return beat_stop_; }))
+      region_->header()->guest_beat.fetch_add(1, std::memory_order_relaxed);
+  });
 }
 
 Client::~Client() {
-  // Leave the worker as a later guest expects it: no stream or event of ours open.
-  if (worker_alive()) {
-    ThreadState& t = thread();
-    device_synchronize();
-    for (uint32_t r = 1; r < rings_.size(); ++r)
-      if (rings_[r]->open.load()) release_ring(t, r);
-    for (uint32_t i = 0; i < 65536; ++i)
-      if (EventState* ev = events_[i].load(); ev && ev->handle) event_destroy(Event{ev->handle});
-  }
   {
     std::lock_guard lock(slots_->mu);
     slots_->client = nullptr;
   }
+  {
+    std::lock_guard lock(beat_mu_);
+    beat_stop_ = true;
+  }
+  beat_cv_.notify_one();
+  heartbeat_.join();
+  // Detach: the worker frees whatever this session still holds.
+  uint64_t mine = guest_session_;
+  region_->header()->guest_session.compare_exchange_strong(mine, 0, std::memory_order_release);
+  notify_worker();
   for (uint32_t i = 0; i < 65536; ++i) delete events_[i].load();
 }
 
@@ -142,7 +150,32 @@ std::unique_ptr<Client> Client::attach(const std::string& path, std::string* err
     return nullptr;
   }
   if (const char* u = std::getenv("ORDO_UNORDERED"); u && *u == '1') options.ordered = false;
-  return std::unique_ptr<Client>(new Client(std::move(region), options));
+  RegionHeader* h = region->header();
+  // One guest session per region. A session whose heartbeat still moves is alive.
+  if (const uint64_t other = h->attached_session.load(std::memory_order_acquire)) {
+    const uint64_t beat = h->guest_beat.load(std::memory_order_relaxed);
+    usleep(300000);
+    if (h->attached_session.load(std::memory_order_acquire) == other &&
+        h->guest_beat.load(std::memory_order_relaxed) != beat) {
+      if (error) *error = "region " + path + " is in use by another live guest session (one guest process per region)";
+      return nullptr;
+    }
+  }
+  std::random_device rd;
+  uint64_t session = (uint64_t{rd()} << 32 | rd()) | 1;
+  h->guest_session.store(session, std::memory_order_release);
+  DoorbellRinger bell(doorbell_path(path));
+  const uint64_t deadline = steady_ms() + uint64_t(options.attach_timeout.count());
+  while (h->attached_session.load(std::memory_order_acquire) != session) {
+    if (steady_ms() > deadline) {
+      if (error) *error = "worker on " + path + " did not accept the guest session within " +
+                          std::to_string(options.attach_timeout.count()) + " ms (is ordo-worker still running?)";
+      return nullptr;
+    }
+    bell.ring();
+    usleep(200);
+  }
+  return std::unique_ptr<Client>(new Client(std::move(region), options, session));
 }
 
 std::unique_ptr<Client> Client::attach_from_env(std::string* error, ClientOptions options) {
@@ -220,7 +253,8 @@ void Client::notify_worker() {
 bool Client::worker_alive() {
   const RegionHeader* h = region_->header();
   return h->session == session_ &&
-         h->worker_state.load(std::memory_order_acquire) == uint32_t(WorkerState::kServing);
+         h->worker_state.load(std::memory_order_acquire) == uint32_t(WorkerState::kServing) &&
+         h->attached_session.load(std::memory_order_acquire) == guest_session_;
 }
 
 Status Client::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) {

@@ -1,44 +1,56 @@
 #include "ordo/doorbell.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 namespace ordo {
+namespace {
+
+bool make_addr(const std::string& path, sockaddr_un* a) {
+  std::memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  if (path.size() >= sizeof(a->sun_path)) return false;
+  std::memcpy(a->sun_path, path.data(), path.size());
+  return true;
+}
+
+}  // namespace
 
 std::string doorbell_path(const std::string& region_path) { return region_path + ".doorbell"; }
 
-std::unique_ptr<DoorbellWaiter> DoorbellWaiter::open_fifo(const std::string& path, std::string* error) {
-  if (::mkfifo(path.c_str(), 0660) != 0 && errno != EEXIST) {
-    if (error) *error = "cannot create doorbell FIFO " + path + ": " + std::strerror(errno);
+std::unique_ptr<DoorbellWaiter> DoorbellWaiter::listen(const std::string& path, std::string* error) {
+  sockaddr_un addr;
+  if (!make_addr(path, &addr)) {
+    if (error) *error = "doorbell path " + path + " is too long for a Unix socket";
     return nullptr;
   }
   std::unique_ptr<DoorbellWaiter> w(new DoorbellWaiter());
   w->path_ = path;
-  // O_RDWR: the FIFO always has a writer (us), so reads block instead of hitting EOF.
-  w->fd_ = ::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
-  if (w->fd_ < 0) {
-    if (error) *error = "cannot open doorbell FIFO " + path + ": " + std::strerror(errno);
+  w->fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ::unlink(path.c_str());  // a previous worker's socket
+  if (w->fd_ < 0 || ::bind(w->fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (error) *error = "cannot bind doorbell socket " + path + ": " + std::strerror(errno);
     return nullptr;
   }
   int rc = io_uring_queue_init(4, &w->ring_, 0);
   if (rc < 0) {
-    ::close(w->fd_);
-    w->fd_ = -1;
     if (error) *error = std::string("io_uring_queue_init failed: ") + std::strerror(-rc) +
                         " (kernel without io_uring, or io_uring disabled by sysctl)";
     return nullptr;
   }
+  w->ring_ready_ = true;
   return w;
 }
 
 DoorbellWaiter::~DoorbellWaiter() {
+  if (ring_ready_) io_uring_queue_exit(&ring_);
   if (fd_ >= 0) {
-    io_uring_queue_exit(&ring_);
     ::close(fd_);
+    ::unlink(path_.c_str());
   }
 }
 
@@ -46,7 +58,7 @@ bool DoorbellWaiter::wait(std::chrono::microseconds timeout) {
   if (!armed_) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     if (!sqe) return false;
-    io_uring_prep_read(sqe, fd_, buf_, sizeof(buf_), 0);
+    io_uring_prep_recv(sqe, fd_, buf_, sizeof(buf_), 0);
     if (io_uring_submit(&ring_) < 0) return false;
     armed_ = true;
   }
@@ -58,13 +70,13 @@ bool DoorbellWaiter::wait(std::chrono::microseconds timeout) {
   io_uring_cqe_seen(&ring_, cqe);
   armed_ = false;
   // Several guests may have rung at once: one wake-up is enough for all.
-  while (::read(fd_, buf_, sizeof(buf_)) > 0) {
+  while (::recv(fd_, buf_, sizeof(buf_), MSG_DONTWAIT) > 0) {
   }
   return true;
 }
 
-DoorbellRinger::DoorbellRinger(const std::string& path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+DoorbellRinger::DoorbellRinger(const std::string& path) : path_(path) {
+  fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 }
 
 DoorbellRinger::~DoorbellRinger() {
@@ -72,10 +84,12 @@ DoorbellRinger::~DoorbellRinger() {
 }
 
 void DoorbellRinger::ring() const {
-  if (fd_ < 0) return;
+  sockaddr_un addr;
+  if (fd_ < 0 || !make_addr(path_, &addr)) return;
   char b = 1;
-  // EAGAIN means the FIFO is full of rings the worker has not drained: it is awake.
-  [[maybe_unused]] ssize_t n = ::write(fd_, &b, 1);
+  // ECONNREFUSED (no worker) or EAGAIN (it has unread rings, so it is awake): fine.
+  [[maybe_unused]] ssize_t n =
+      ::sendto(fd_, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
 }
 
 }  // namespace ordo

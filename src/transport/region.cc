@@ -60,9 +60,20 @@ std::unique_ptr<Region> Region::map(const std::string& path, std::string* error)
 std::unique_ptr<Region> Region::create(const std::string& path, const Layout& layout, std::string* error) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0660);
   if (fd < 0) return fail(error, "cannot create region " + path + ": " + std::strerror(errno));
-  // Zero the old contents: a stale header must not look like a live worker.
-  bool sized = ::ftruncate(fd, 0) == 0 && ::ftruncate(fd, static_cast<off_t>(layout.region_size)) == 0;
+  // Never shrink or truncate a region someone may have mapped (a VM, an old
+  // guest): their next access would fault. Reuse it at the same size only.
+  struct stat st{};
+  bool sized = ::fstat(fd, &st) == 0;
   int saved = errno;
+  if (sized && st.st_size == 0) {
+    sized = ::ftruncate(fd, static_cast<off_t>(layout.region_size)) == 0;
+    saved = errno;
+  } else if (sized && uint64_t(st.st_size) != layout.region_size) {
+    ::close(fd);
+    return fail(error, "region " + path + " already exists with " + std::to_string(st.st_size) +
+                           " bytes, not " + std::to_string(layout.region_size) +
+                           " (pass --size " + std::to_string(st.st_size) + " or remove the file when no VM uses it)");
+  }
   ::close(fd);
   if (!sized)
     return fail(error, "cannot size region " + path + " to " + std::to_string(layout.region_size) +
@@ -71,6 +82,9 @@ std::unique_ptr<Region> Region::create(const std::string& path, const Layout& la
   if (!r) return nullptr;
   if (r->size_ != layout.region_size) return fail(error, "region " + path + " mapped with the wrong size");
   r->layout_ = layout;
+  // Retract the magic first, so an attached guest sees "no worker", then wipe.
+  reinterpret_cast<std::atomic<uint64_t>*>(r->base_)->store(0, std::memory_order_release);
+  std::memset(r->base_ + sizeof(uint64_t), 0, layout.region_size - sizeof(uint64_t));
   RegionHeader* h = new (r->base_) RegionHeader();
   h->version = kLayoutVersion;
   h->header_size = kHeaderSize;

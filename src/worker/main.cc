@@ -27,12 +27,13 @@ void on_usr1(int) { g_dump.store(true); }
 void usage(FILE* f) {
   std::fprintf(f,
                "usage: ordo-worker --region PATH [--size N] [--backend sim|cuda] [--stats] [--no-doorbell]\n"
-               "                   [--unordered] [--chaos SEED] [--quiet]\n"
+               "                   [--guest-timeout MS] [--unordered] [--chaos SEED] [--quiet]\n"
                "  --region PATH   the shared region: a /dev/shm file (created, or reset, here)\n"
                "  --size N        region size, a power of two (default 64M; K/M/G suffixes)\n"
                "  --backend B     sim (CPU simulator, default) or cuda\n"
                "  --stats         print counters at exit (and on SIGUSR1) as a table and a JSON line\n"
                "  --ready-file F  write F once the region is ready (for scripts)\n"
+               "  --guest-timeout MS  free a guest's resources when its heartbeat stops this long (default 5000)\n"
                "  --unordered     ignore ordering edges, like the old prototype: tests only\n"
                "  --chaos SEED    hold dispatchable entries for random times: tests only\n");
 }
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
     else if (a == "--unordered") opt.ordered = false;
     else if (a == "--chaos") opt.chaos_seed = std::strtoull(value().c_str(), nullptr, 0);
     else if (a == "--quiet") opt.quiet = true;
+    else if (a == "--guest-timeout") opt.guest_timeout = std::chrono::milliseconds(std::strtoull(value().c_str(), nullptr, 0));
     else if (a == "--help" || a == "-h") { usage(stdout); return 0; }
     else {
       std::fprintf(stderr, "ordo-worker: unknown option %s\n", a.c_str());
@@ -92,7 +94,7 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<ordo::DoorbellWaiter> bell;
   if (doorbell) {
-    bell = ordo::DoorbellWaiter::open_fifo(ordo::doorbell_path(region_path), &err);
+    bell = ordo::DoorbellWaiter::listen(ordo::doorbell_path(region_path), &err);
     if (!bell) std::fprintf(stderr, "ordo-worker: %s; idle sleeps will poll instead\n", err.c_str());
   }
   ordo::Worker worker(*region, *backend, opt);

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <cinttypes>
+#include <condition_variable>
 #include <cstring>
 #include <sstream>
 
@@ -38,12 +39,6 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
       slots_(layout_.slot_count),
       chaos_rng_(options.chaos_seed) {
   rings_[kLegacyRing].created = true;
-  // Resume from whatever the region says was already dispatched (a fresh region: 0).
-  for (uint32_t r = 0; r < layout_.ring_count; ++r) {
-    rings_[r].head = rings_[r].published = region_.ring(r).head.load(std::memory_order_relaxed);
-  }
-  for (uint32_t s = 0; s < layout_.slot_count; ++s)
-    slots_[s].taken = region_.slot(s).reply_seq.load(std::memory_order_relaxed);
   backend_.set_error_sink([this](const OpTag& tag, Status s) { async_error(tag, s); });
   RegionHeader* h = region_.header();
   h->heartbeat_ns.store(now_ns(), std::memory_order_relaxed);
@@ -308,7 +303,10 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
     case Op::Malloc: {
       uint64_t addr = 0;
       Status st = backend_.malloc(e.arg[0], &addr);
-      if (ok(st)) allocations_[addr] = e.arg[0];
+      if (ok(st)) {
+        allocations_[addr] = e.arg[0];
+        counters_.allocations.store(allocations_.size(), std::memory_order_relaxed);
+      }
       return reply(s, seq, st, addr);
     }
     case Op::Free: {
@@ -316,6 +314,7 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       auto it = allocations_.find(e.arg[0]);
       if (it == allocations_.end()) return reply(s, seq, Status::kInvalidDevicePointer);
       allocations_.erase(it);
+      counters_.allocations.store(allocations_.size(), std::memory_order_relaxed);
       return reply(s, seq, backend_.free(e.arg[0]));
     }
     case Op::KernelLookup: {
@@ -390,7 +389,103 @@ bool Worker::poll_slots() {
   return progressed;
 }
 
+void Worker::attach_session(uint64_t session) {
+  // The guest waits for attached_session before touching the rings, so the
+  // shared state can be reset here without racing it.
+  for (uint32_t r = 0; r < layout_.ring_count; ++r) {
+    RingControl& ctl = region_.ring(r);
+    ctl.tail.store(0, std::memory_order_relaxed);
+    ctl.head.store(0, std::memory_order_relaxed);
+    ctl.completed.store(0, std::memory_order_relaxed);
+  }
+  for (uint32_t i = 0; i < layout_.slot_count; ++i) {
+    ReplySlot& slot = region_.slot(i);
+    slot.request_seq.store(0, std::memory_order_relaxed);
+    slot.reply_seq.store(0, std::memory_order_relaxed);
+    slot.error_seq.store(0, std::memory_order_relaxed);
+  }
+  RegionHeader* h = region_.header();
+  for (uint32_t w = 0; w < kMaxRings / 64; ++w) h->ring_open[w].store(w == 0 ? 1 : 0, std::memory_order_relaxed);
+  h->slot_doorbell.store(0, std::memory_order_relaxed);
+  slot_doorbell_seen_ = 0;
+  attached_ = session;
+  beat_seen_ = h->guest_beat.load(std::memory_order_relaxed);
+  beat_changed_ns_ = now_ns();
+  counters_.sessions.fetch_add(1, std::memory_order_relaxed);
+  h->attached_session.store(session, std::memory_order_release);
+  if (!opt_.quiet) std::fprintf(stderr, "ordo-worker: guest session %016" PRIx64 " attached\n", session);
+}
+
+void Worker::reset_session() {
+  // Let queued device work finish before freeing what it may use.
+  std::mutex mu;
+  std::condition_variable cv;
+  uint32_t pending = 0;
+  for (uint32_t r = 0; r < layout_.ring_count; ++r) {
+    if (!rings_[r].created) continue;
+    {
+      std::lock_guard lock(mu);
+      ++pending;
+    }
+    backend_.host_callback(r, [&] {
+      std::lock_guard lock(mu);
+      if (--pending == 0) cv.notify_one();
+    });
+  }
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return pending == 0; });
+  }
+  for (uint32_t r = 1; r < layout_.ring_count; ++r)
+    if (rings_[r].created) backend_.stream_destroy(r);
+  for (uint32_t i = 0; i < events_.size(); ++i)
+    if (events_[i].live) backend_.event_destroy(i);
+  for (auto& [addr, size] : allocations_) backend_.free(addr);
+  allocations_.clear();
+  counters_.allocations.store(0, std::memory_order_relaxed);
+  events_.clear();
+  free_events_.clear();
+  for (auto& rs : rings_) rs = RingState{};
+  rings_[kLegacyRing].created = true;
+  for (auto& ss : slots_) ss = SlotState{};
+  attached_ = 0;
+  region_.header()->attached_session.store(0, std::memory_order_release);
+}
+
+void Worker::check_session(uint64_t now) {
+  RegionHeader* h = region_.header();
+  const uint64_t want = h->guest_session.load(std::memory_order_acquire);
+  if (want != attached_) {
+    if (attached_) {
+      if (!opt_.quiet)
+        std::fprintf(stderr, "ordo-worker: guest session %016" PRIx64 " detached; its resources are freed\n", attached_);
+      reset_session();
+    }
+    if (want != 0 && want != refused_) attach_session(want);
+    return;
+  }
+  if (!attached_) return;
+  const uint64_t beat = h->guest_beat.load(std::memory_order_relaxed);
+  if (beat != beat_seen_) {
+    beat_seen_ = beat;
+    beat_changed_ns_ = now;
+  } else if (now - beat_changed_ns_ > uint64_t(opt_.guest_timeout.count()) * 1000000) {
+    if (!opt_.quiet)
+      std::fprintf(stderr,
+                   "ordo-worker: guest session %016" PRIx64 " stopped its heartbeat %lld ms ago (guest died?); "
+                   "freeing its streams, events and memory\n",
+                   attached_, (long long)opt_.guest_timeout.count());
+    refused_ = attached_;
+    counters_.sessions_lost.fetch_add(1, std::memory_order_relaxed);
+    reset_session();
+  }
+}
+
 bool Worker::poll_once() {
+  if (!attached_) {
+    check_session(now_ns());
+    if (!attached_) return false;
+  }
   bool progressed = poll_slots();
   const RegionHeader* h = region_.header();
   for (uint32_t w = 0; w * 64 < layout_.ring_count; ++w) {
@@ -415,6 +510,9 @@ void Worker::run(DoorbellWaiter* doorbell) {
     if (now - last_beat > 100'000'000) {
       h->heartbeat_ns.store(now, std::memory_order_relaxed);
       last_beat = now;
+      check_session(now);
+    } else if (h->guest_session.load(std::memory_order_relaxed) != attached_) {
+      check_session(now);
     }
     if (poll_once()) {
       idle_since = 0;
@@ -456,6 +554,9 @@ WorkerStats Worker::stats() const {
   s.errors = counters_.errors.load(std::memory_order_relaxed);
   s.sleeps = counters_.sleeps.load(std::memory_order_relaxed);
   s.wakeups_by_doorbell = counters_.wakeups.load(std::memory_order_relaxed);
+  s.sessions = counters_.sessions.load(std::memory_order_relaxed);
+  s.sessions_lost = counters_.sessions_lost.load(std::memory_order_relaxed);
+  s.allocations = counters_.allocations.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -465,7 +566,9 @@ std::string WorkerStats::table() const {
     << "sync requests            " << slot_requests << "\n"
     << "entries that waited      " << edge_waits << "\n"
     << "errors                   " << errors << "\n"
-    << "idle sleeps              " << sleeps << " (" << wakeups_by_doorbell << " ended by doorbell)\n";
+    << "idle sleeps              " << sleeps << " (" << wakeups_by_doorbell << " ended by doorbell)\n"
+    << "guest sessions           " << sessions << " (" << sessions_lost << " lost their heartbeat)\n"
+    << "live allocations         " << allocations << "\n";
   for (size_t i = 0; i < kOpCount; ++i)
     if (ops[i]) o << "  " << kOps[i].name << std::string(24 - std::min<size_t>(22, kOps[i].name.size()), ' ') << ops[i] << "\n";
   return o.str();
@@ -475,6 +578,7 @@ std::string WorkerStats::json() const {
   std::ostringstream o;
   o << "{\"entries\":" << entries << ",\"sync_requests\":" << slot_requests << ",\"edge_waits\":" << edge_waits
     << ",\"errors\":" << errors << ",\"sleeps\":" << sleeps << ",\"doorbell_wakeups\":" << wakeups_by_doorbell
+    << ",\"sessions\":" << sessions << ",\"sessions_lost\":" << sessions_lost << ",\"allocations\":" << allocations
     << ",\"ops\":{";
   bool first = true;
   for (size_t i = 0; i < kOpCount; ++i) {
