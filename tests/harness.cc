@@ -67,6 +67,31 @@ std::string WorkerProcess::stop() {
   return ss.str();
 }
 
+std::string WorkerProcess::stats_now() {
+  auto read_log = [&] {
+    std::ifstream f(log_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  auto count = [](const std::string& s) {
+    size_t n = 0;
+    for (size_t p = s.find("{\"entries\""); p != std::string::npos; p = s.find("{\"entries\"", p + 1)) ++n;
+    return n;
+  };
+  const size_t before = count(read_log());
+  kill(pid_, SIGUSR1);
+  for (int i = 0; i < 400; ++i) {
+    usleep(5000);
+    const std::string log = read_log();
+    if (count(log) > before) {
+      const size_t p = log.rfind("{\"entries\"");
+      return log.substr(p, log.find('\n', p) - p);
+    }
+  }
+  return "";
+}
+
 WorkerProcess::~WorkerProcess() {
   stop();
   if (owns_region_) {

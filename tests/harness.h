@@ -29,6 +29,8 @@ class WorkerProcess {
   pid_t pid() const { return pid_; }
   // Stops the worker and returns its stderr.
   std::string stop();
+  // Asks the running worker for its counters (SIGUSR1) and returns the JSON line.
+  std::string stats_now();
 
  private:
   std::string region_, log_;

@@ -543,6 +543,8 @@ void Worker::run(DoorbellWaiter* doorbell) {
     h->worker_sleeping.store(0, std::memory_order_relaxed);
     idle_since = 0;
   }
+  // Stopping ends the guest's session: its device resources go with it.
+  if (attached_) reset_session();
 }
 
 WorkerStats Worker::stats() const {
