@@ -102,8 +102,14 @@ TEST(Client, AsyncErrorReachesTheIssuingThreadsNextCall) {
   // cannot know) and rejected by the worker: the error comes back asynchronously,
   // at the latest by this thread's next synchronizing call.
   uint32_t x = 1;
-  ASSERT_EQ(c->memcpy_h2d_async(0xdead0000, &x, sizeof x, kLegacyStream), Status::kSuccess);
-  EXPECT_EQ(c->stream_synchronize(kLegacyStream), Status::kInvalidDevicePointer);
+  // The worker may be fast enough that the call itself already sees the error.
+  const Status issued = c->memcpy_h2d_async(0xdead0000, &x, sizeof x, kLegacyStream);
+  ASSERT_TRUE(issued == Status::kSuccess || issued == Status::kInvalidDevicePointer) << int(issued);
+  if (issued == Status::kSuccess) {
+    EXPECT_EQ(c->stream_synchronize(kLegacyStream), Status::kInvalidDevicePointer);
+  } else {
+    EXPECT_EQ(c->stream_synchronize(kLegacyStream), Status::kSuccess) << "an error is reported once";
+  }
   EXPECT_EQ(c->get_last_error(), Status::kInvalidDevicePointer);
   EXPECT_EQ(c->get_last_error(), Status::kSuccess);
   EXPECT_EQ(c->device_synchronize(), Status::kSuccess) << "an error is reported once";
