@@ -19,6 +19,7 @@
 #include "ordo/layout.h"
 #include "ordo/ops.h"
 #include "ordo/region.h"
+#include "ordo/trace.h"
 
 namespace ordo {
 
@@ -37,6 +38,7 @@ struct WorkerOptions {
   // A guest whose heartbeat stops this long is presumed dead: its streams,
   // events and memory are freed and the region waits for a new guest.
   std::chrono::milliseconds guest_timeout{5000};
+  bool trace = false;  // record every dispatch for write_trace()
   bool quiet = false;
 };
 
@@ -69,6 +71,8 @@ class Worker {
   bool poll_once();
 
   WorkerStats stats() const;
+  // Writes the Chrome/Perfetto trace recorded so far (options.trace); call after run().
+  bool write_trace(const std::string& path, std::string* error) const;
 
  private:
   struct RingState {
@@ -80,6 +84,7 @@ class Worker {
     uint64_t chaos_until_ns = 0;
     bool waited = false;      // counted in edge_waits already
     bool bad_tail_logged = false;
+    uint64_t staged_ns = 0;   // when tracing
     Entry entry{};
   };
   struct SlotState {
@@ -87,6 +92,7 @@ class Worker {
     bool staged = false;
     bool waited = false;
     uint64_t seq = 0;
+    uint64_t staged_ns = 0;
     Entry entry{};
   };
   struct EventState {
@@ -136,6 +142,7 @@ class Worker {
     std::atomic<uint64_t> sessions{0}, sessions_lost{0}, allocations{0};
   } counters_;
   uint32_t logged_ = 0;
+  std::unique_ptr<Tracer> tracer_;
 };
 
 }  // namespace ordo

@@ -26,12 +26,13 @@ void on_usr1(int) { g_dump.store(true); }
 
 void usage(FILE* f) {
   std::fprintf(f,
-               "usage: ordo-worker --region PATH [--size N] [--backend sim|cuda] [--stats] [--no-doorbell]\n"
+               "usage: ordo-worker --region PATH [--size N] [--backend sim|cuda] [--stats] [--trace FILE] [--no-doorbell]\n"
                "                   [--guest-timeout MS] [--unordered] [--chaos SEED] [--quiet]\n"
                "  --region PATH   the shared region: a /dev/shm file (created, or reset, here)\n"
                "  --size N        region size, a power of two (default 64M; K/M/G suffixes)\n"
                "  --backend B     sim (CPU simulator, default) or cuda\n"
                "  --stats         print counters at exit (and on SIGUSR1) as a table and a JSON line\n"
+               "  --trace FILE    write a Chrome/Perfetto trace of every dispatch at exit (ui.perfetto.dev)\n"
                "  --ready-file F  write F once the region is ready (for scripts)\n"
                "  --guest-timeout MS  free a guest's resources when its heartbeat stops this long (default 5000)\n"
                "  --unordered     ignore ordering edges, like the old prototype: tests only\n"
@@ -41,7 +42,7 @@ void usage(FILE* f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string region_path, backend_name = "sim", ready_file;
+  std::string region_path, backend_name = "sim", ready_file, trace_path;
   uint64_t size = 64ull << 20;
   bool stats = false, doorbell = true;
   ordo::WorkerOptions opt;
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
     else if (a == "--unordered") opt.ordered = false;
     else if (a == "--chaos") opt.chaos_seed = std::strtoull(value().c_str(), nullptr, 0);
     else if (a == "--quiet") opt.quiet = true;
+    else if (a == "--trace") trace_path = value();
     else if (a == "--guest-timeout") opt.guest_timeout = std::chrono::milliseconds(std::strtoull(value().c_str(), nullptr, 0));
     else if (a == "--help" || a == "-h") { usage(stdout); return 0; }
     else {
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
+  opt.trace = !trace_path.empty();
   ordo::Layout layout;
   if (!ordo::plan_default_layout(size, &layout)) {
     std::fprintf(stderr, "ordo-worker: --size %llu is not a power of two of at least 1 MiB (ivshmem needs a power of two)\n",
@@ -132,6 +135,13 @@ int main(int argc, char** argv) {
   if (stats) {
     auto s = worker.stats();
     std::fprintf(stderr, "%s%s\n", s.table().c_str(), s.json().c_str());
+  }
+  if (!trace_path.empty()) {
+    if (!worker.write_trace(trace_path, &err)) {
+      std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
+      return 1;
+    }
+    if (!opt.quiet) std::fprintf(stderr, "ordo-worker: trace written to %s (open it in ui.perfetto.dev)\n", trace_path.c_str());
   }
   return 0;
 }

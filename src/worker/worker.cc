@@ -39,6 +39,7 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
       slots_(layout_.slot_count),
       chaos_rng_(options.chaos_seed) {
   rings_[kLegacyRing].created = true;
+  if (opt_.trace) tracer_ = std::make_unique<Tracer>();
   backend_.set_error_sink([this](const OpTag& tag, Status s) { async_error(tag, s); });
   RegionHeader* h = region_.header();
   h->heartbeat_ns.store(now_ns(), std::memory_order_relaxed);
@@ -141,6 +142,7 @@ bool Worker::poll_ring(uint32_t r) {
       }
       rs.staged = true;
       rs.waited = false;
+      if (tracer_) rs.staged_ns = now_ns();
     }
     if (!edges_ready(rs.entry)) {
       if (!rs.waited) {
@@ -152,6 +154,7 @@ bool Worker::poll_ring(uint32_t r) {
     if (chaos_hold(rs.chaos_armed, rs.chaos_until_ns)) break;
     const Status s = dispatch(r, rs.entry, rs.head);
     if (!ok(s)) async_error({r, rs.entry.thread, rs.head, rs.entry.op}, s);
+    if (tracer_) tracer_->record(r, rs.head, rs.entry, rs.staged_ns, now_ns());
     rs.staged = false;
     ++rs.head;
     progressed = true;
@@ -281,6 +284,7 @@ bool Worker::try_slot(uint32_t s) {
     }
     ss.staged = true;
     ss.waited = false;
+    if (tracer_) ss.staged_ns = now_ns();
   }
   if (!edges_ready(ss.entry)) {
     if (!ss.waited) {
@@ -291,6 +295,7 @@ bool Worker::try_slot(uint32_t s) {
   }
   ss.staged = false;
   serve_slot(s, ss.entry, ss.seq);
+  if (tracer_) tracer_->record(kMaxRings + s, ss.seq, ss.entry, ss.staged_ns, now_ns());
   return true;
 }
 
@@ -545,6 +550,14 @@ void Worker::run(DoorbellWaiter* doorbell) {
   }
   // Stopping ends the guest's session: its device resources go with it.
   if (attached_) reset_session();
+}
+
+bool Worker::write_trace(const std::string& path, std::string* error) const {
+  if (!tracer_) {
+    if (error) *error = "tracing was not enabled";
+    return false;
+  }
+  return tracer_->write(path, error);
 }
 
 WorkerStats Worker::stats() const {

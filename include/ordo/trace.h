@@ -1,0 +1,49 @@
+// A record of what the worker dispatched, written as a Chrome/Perfetto trace
+// (open in ui.perfetto.dev or chrome://tracing): one track per ring, a slice per
+// call from the moment the worker had it staged to its dispatch (the slice's
+// length is the time it waited for its edges), and flow arrows for edges.
+// Recording is two clock reads and one append; the JSON is written at exit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ordo/layout.h"
+
+namespace ordo {
+
+class Tracer {
+ public:
+  explicit Tracer(size_t max_events = 4'000'000) : max_(max_events) { events_.reserve(1 << 16); }
+
+  // `track`: a ring index, or kMaxRings + slot for sync calls.
+  void record(uint32_t track, uint64_t pos, const Entry& e, uint64_t staged_ns, uint64_t done_ns) {
+    if (events_.size() >= max_) {
+      ++dropped_;
+      return;
+    }
+    Event ev{track, e.op, e.thread, e.edge_count, pos, staged_ns, done_ns, {}};
+    for (unsigned i = 0; i < e.edge_count && i < kMaxEdges; ++i) ev.edges[i] = e.edges[i];
+    events_.push_back(ev);
+  }
+
+  size_t size() const { return events_.size(); }
+  size_t dropped() const { return dropped_; }
+  bool write(const std::string& path, std::string* error) const;
+
+ private:
+  struct Event {
+    uint32_t track;
+    uint16_t op;
+    uint32_t thread;
+    uint8_t edge_count;
+    uint64_t pos, staged_ns, done_ns;
+    Edge edges[kMaxEdges];
+  };
+  std::vector<Event> events_;
+  size_t max_;
+  size_t dropped_ = 0;
+};
+
+}  // namespace ordo
