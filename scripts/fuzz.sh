@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the worker fuzzer with clang + libFuzzer + ASan/UBSan and runs it.
+#   scripts/fuzz.sh [SECONDS]   (default 60)
+# New interesting inputs are merged into tests/fuzz/corpus.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-60}
+cxx=$(command -v clang++-14 || command -v clang++ || true)
+probe='extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }'
+if [ -z "$cxx" ] || ! echo "$probe" | "$cxx" -x c++ -fsanitize=fuzzer - -o /dev/null 2>/dev/null; then
+  echo "fuzz.sh: clang with libFuzzer is missing: apt-get install clang libclang-rt-14-dev" >&2
+  exit 2
+fi
+mkdir -p build-fuzz
+"$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  -Iinclude tests/fuzz/fuzz_worker.cc \
+  src/worker/worker.cc src/worker/validate.cc src/worker/trace.cc \
+  src/transport/layout.cc src/transport/region.cc src/transport/status.cc src/transport/doorbell.cc \
+  -luring -pthread -o build-fuzz/fuzz_worker
+mkdir -p build-fuzz/new
+build-fuzz/fuzz_worker -max_total_time="$secs" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
+  -print_final_stats=1 build-fuzz/new tests/fuzz/corpus 2>&1 | tail -n 25
+# Keep the committed corpus small: only inputs that add coverage.
+build-fuzz/fuzz_worker -merge=1 -max_len=4096 tests/fuzz/corpus build-fuzz/new >/dev/null 2>&1 || true
+echo "fuzz.sh: corpus has $(ls tests/fuzz/corpus | wc -l) inputs"

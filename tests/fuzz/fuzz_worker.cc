@@ -1,0 +1,196 @@
+// libFuzzer target: the worker consuming a region that a hostile guest writes.
+// The input is a little program of guest actions (raw entries, tails, slot
+// requests, ring bitmaps) interleaved with worker passes, so indices and entries
+// change between and during the worker's reads. The backend is a checker: it
+// traps if the worker ever hands it a host pointer outside the region or a
+// device range it did not allocate, and it keeps no device state, so the
+// fuzzer explores the worker's decoding rather than a simulator.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "ordo/backend.h"
+#include "ordo/region.h"
+#include "ordo/worker.h"
+
+namespace {
+
+using namespace ordo;
+
+class CheckingBackend final : public Backend {
+ public:
+  explicit CheckingBackend(const Region& r) : lo_(reinterpret_cast<uintptr_t>(r.base())), hi_(lo_ + r.size()) {}
+  std::string_view name() const override { return "checking"; }
+  Status stream_create(uint32_t, bool, int) override { return Status::kSuccess; }
+  Status stream_destroy(uint32_t) override { return Status::kSuccess; }
+  Status launch(uint32_t, const LaunchParams& p, const OpTag&) override {
+    host(reinterpret_cast<uintptr_t>(p.args), p.args_size);
+    return Status::kSuccess;
+  }
+  Status memcpy(uint32_t, MemOperand dst, MemOperand src, uint64_t size, const OpTag&) override {
+    operand(dst, size);
+    operand(src, size);
+    return Status::kSuccess;
+  }
+  Status memset(uint32_t, uint64_t dst, uint8_t, uint64_t size, const OpTag&) override {
+    device(dst, size);
+    return Status::kSuccess;
+  }
+  Status event_create(uint32_t, uint32_t) override { return Status::kSuccess; }
+  Status event_destroy(uint32_t) override { return Status::kSuccess; }
+  Status event_record(uint32_t, uint32_t) override { return Status::kSuccess; }
+  Status stream_wait_event(uint32_t, uint32_t) override { return Status::kSuccess; }
+  Status event_query(uint32_t) override { return Status::kSuccess; }
+  Status event_elapsed(uint32_t, uint32_t, float* ms) override {
+    *ms = 0;
+    return Status::kSuccess;
+  }
+  void event_notify(uint32_t, std::function<void()> fn) override { fn(); }
+  void host_callback(uint32_t, std::function<void()> fn) override { fn(); }
+  Status malloc(uint64_t size, uint64_t* addr) override {
+    if (size == 0 || size > (1ull << 40)) return Status::kInvalidValue;
+    *addr = next_;
+    allocs_[next_] = size;
+    next_ += (size + 0xfff) & ~0xfffull;
+    return Status::kSuccess;
+  }
+  Status free(uint64_t addr) override {
+    if (!allocs_.erase(addr)) __builtin_trap();  // the worker must only free what it allocated
+    return Status::kSuccess;
+  }
+  Status kernel_lookup(std::string_view name, uint32_t* k) override {
+    *k = uint32_t(name.size());
+    return Status::kSuccess;
+  }
+
+ private:
+  void host(uintptr_t p, uint64_t n) {
+    if (n && (p < lo_ || p > hi_ || n > hi_ - p)) __builtin_trap();
+  }
+  void device(uint64_t a, uint64_t n) {
+    auto it = allocs_.upper_bound(a);
+    if (it == allocs_.begin()) __builtin_trap();
+    --it;
+    if (a - it->first > it->second || n > it->second - (a - it->first)) __builtin_trap();
+  }
+  void operand(MemOperand m, uint64_t n) { m.device ? device(m.addr, n) : host(m.addr, n); }
+  uintptr_t lo_, hi_;
+  uint64_t next_ = 0x100000000000ull;
+  std::map<uint64_t, uint64_t> allocs_;
+};
+
+struct Input {
+  const uint8_t* p;
+  size_t n;
+  uint64_t take(size_t bytes) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < bytes && n; ++i, ++p, --n) v |= uint64_t(*p) << (8 * i);
+    return v;
+  }
+  void fill(void* dst, size_t bytes) {
+    std::memset(dst, 0, bytes);
+    const size_t k = bytes < n ? bytes : n;
+    std::memcpy(dst, p, k);
+    p += k;
+    n -= k;
+  }
+};
+
+Region& region() {
+  static std::unique_ptr<Region> r = [] {
+    Layout l;
+    plan_default_layout(1u << 20, &l);
+    std::string err;
+    const std::string path = "/dev/shm/ordo-fuzz-" + std::to_string(getpid());
+    auto reg = Region::create(path, l, &err);
+    if (!reg) {
+      std::fprintf(stderr, "fuzz: %s\n", err.c_str());
+      std::abort();
+    }
+    unlink(path.c_str());  // the mapping stays
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Region& r = region();
+  const Layout& l = r.layout();
+  CheckingBackend backend(r);
+  WorkerOptions o;
+  o.quiet = true;
+  Worker w(r, backend, o);
+  RegionHeader* h = r.header();
+  h->guest_session.store(h->guest_session.load() + 1);
+  w.poll_once();  // attaches: the region's rings start empty
+  Input in{data, size};
+  while (in.n) {
+    const uint32_t ring = uint32_t(in.take(1)) % l.ring_count;
+    switch (in.take(1) % 8) {
+      case 0: {  // a raw entry at the ring's next position, published
+        RingControl& c = r.ring(ring);
+        const uint64_t t = c.tail.load();
+        in.fill(&r.entries(ring)[t & (l.ring_capacity - 1)], sizeof(Entry));
+        c.tail.store(t + 1);
+        h->ring_open[ring / 64].fetch_or(1ull << (ring % 64));
+        break;
+      }
+      case 1:  // overwrite an entry anywhere, published or not
+        in.fill(&r.entries(ring)[in.take(2) & (l.ring_capacity - 1)], sizeof(Entry));
+        break;
+      case 2:  // any tail at all
+        r.ring(ring).tail.store(in.take(8));
+        break;
+      case 3:
+        h->ring_open[in.take(1) % (kMaxRings / 64)].store(in.take(8));
+        break;
+      case 4: {  // a slot request
+        ReplySlot& s = r.slot(uint32_t(in.take(1)) % l.slot_count);
+        in.fill(&s.request, sizeof(Entry));
+        in.fill(s.payload, size_t(in.take(1)));
+        s.request_seq.store(s.request_seq.load() + 1 + in.take(1) % 2 * in.take(8));
+        h->slot_doorbell.fetch_add(1);
+        break;
+      }
+      case 5: {  // a well-formed entry with fuzzed arguments, to get past the first checks
+        RingControl& c = r.ring(ring);
+        const uint64_t t = c.tail.load();
+        Entry e{};
+        e.op = uint16_t(in.take(1) % 10);
+        e.edge_count = uint8_t(in.take(1) % 3);
+        for (unsigned i = 0; i < e.edge_count; ++i) e.edges[i] = {uint32_t(in.take(1) % l.ring_count), 0, in.take(1)};
+        e.flags = uint16_t(in.take(1) & 0xf);
+        e.thread = uint32_t(in.take(1) % l.slot_count);
+        for (auto& a : e.arg) a = in.take(1) % 2 ? 0x100000000000ull + in.take(2) : in.take(3);
+        r.entries(ring)[t & (l.ring_capacity - 1)] = e;
+        c.tail.store(t + 1);
+        h->ring_open[ring / 64].fetch_or(1ull << (ring % 64));
+        break;
+      }
+      case 6: {  // a well-formed sync request
+        const uint32_t slot = uint32_t(in.take(1)) % l.slot_count;
+        ReplySlot& s = r.slot(slot);
+        Entry e{};
+        e.op = uint16_t(9 + in.take(1) % 9);
+        e.arg[0] = in.take(1) % 2 ? 0x100000000000ull + in.take(2) : in.take(4);
+        e.arg[1] = in.take(4);
+        s.request = e;
+        s.request_seq.store(s.request_seq.load() + 1);
+        h->slot_doorbell.fetch_add(1);
+        break;
+      }
+      default:
+        for (uint64_t k = in.take(1) % 8 + 1; k; --k) w.poll_once();
+    }
+  }
+  for (int k = 0; k < 4; ++k) w.poll_once();
+  return 0;
+}
