@@ -53,6 +53,13 @@ class Region {
   std::string path_;
 };
 
+// Where a region spec points: "ivshmem" (the first ivshmem PCI device),
+// "ivshmem:N" (the N-th), a PCI address ("0000:00:04.0"), or a file path. For a
+// device it enables the device and returns its BAR2 resource file, the
+// write-combined one where the kernel offers it (ORDO_BAR_MAPPING=uc picks the
+// uncached one, to measure the difference).
+std::string resolve_region(const std::string& spec, std::string* error);
+
 // "64M", "1G", "16777216" -> bytes; 0 on a malformed string.
 uint64_t parse_size(const std::string& s);
 

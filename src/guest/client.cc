@@ -141,7 +141,9 @@ Client::~Client() {
   for (uint32_t i = 0; i < 65536; ++i) delete events_[i].load();
 }
 
-std::unique_ptr<Client> Client::attach(const std::string& path, std::string* error, ClientOptions options) {
+std::unique_ptr<Client> Client::attach(const std::string& spec, std::string* error, ClientOptions options) {
+  const std::string path = resolve_region(spec, error);
+  if (path.empty()) return nullptr;
   auto region = Region::map(path, error);
   if (!region) return nullptr;
   if (!region->validate(error)) return nullptr;

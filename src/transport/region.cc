@@ -1,10 +1,15 @@
 #include "ordo/region.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/interprocess/file_mapping.hpp>
+#include <cctype>
+#include <cstdlib>
+#include <vector>
 #include <boost/interprocess/mapped_region.hpp>
 #include <cerrno>
 #include <cstring>
@@ -119,6 +124,70 @@ bool Region::validate(std::string* error) {
     return bad("inconsistent layout in header (region corrupt or size mismatch)");
   layout_ = l;
   return true;
+}
+
+namespace {
+
+std::string read_line(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return "";
+  char buf[64] = {};
+  const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
+  std::fclose(f);
+  std::string v = got ? buf : "";
+  while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+  return v;
+}
+
+bool is_pci_address(const std::string& s) {
+  // DDDD:BB:DD.F
+  if (s.size() != 12 || s[4] != ':' || s[7] != ':' || s[10] != '.') return false;
+  for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9, 11})
+    if (!std::isxdigit(static_cast<unsigned char>(s[i]))) return false;
+  return true;
+}
+
+constexpr const char* kPciDevices = "/sys/bus/pci/devices";
+
+}  // namespace
+
+std::string resolve_region(const std::string& spec, std::string* error) {
+  std::string dev;
+  if (spec == "ivshmem" || spec.rfind("ivshmem:", 0) == 0) {
+    const long want = spec == "ivshmem" ? 0 : std::strtol(spec.c_str() + 8, nullptr, 10);
+    std::vector<std::string> found;
+    if (DIR* d = opendir(kPciDevices)) {
+      while (dirent* e = readdir(d)) {
+        const std::string p = std::string(kPciDevices) + "/" + e->d_name;
+        if (e->d_name[0] != '.' && read_line(p + "/vendor") == "0x1af4" && read_line(p + "/device") == "0x1110")
+          found.push_back(p);
+      }
+      closedir(d);
+    }
+    std::sort(found.begin(), found.end());
+    if (want < 0 || size_t(want) >= found.size()) {
+      if (error)
+        *error = "no ivshmem device " + spec + " (found " + std::to_string(found.size()) +
+                 "): start QEMU with -device ivshmem-plain,memdev=... or set ORDO_REGION to a path";
+      return "";
+    }
+    dev = found[size_t(want)];
+  } else if (is_pci_address(spec)) {
+    dev = std::string(kPciDevices) + "/" + spec;
+  } else {
+    return spec;
+  }
+  // A BAR is not decoded until the device is enabled; no driver is needed.
+  if (FILE* f = std::fopen((dev + "/enable").c_str(), "w")) {
+    std::fputs("1", f);
+    std::fclose(f);
+  }
+  const char* mode = std::getenv("ORDO_BAR_MAPPING");
+  const bool uc = mode && std::string(mode) == "uc";
+  if (!uc && access((dev + "/resource2_wc").c_str(), R_OK | W_OK) == 0) return dev + "/resource2_wc";
+  if (access((dev + "/resource2").c_str(), R_OK | W_OK) == 0) return dev + "/resource2";
+  if (error) *error = "ivshmem device " + dev + " has no accessible BAR2 (run as root, or check the device)";
+  return "";
 }
 
 uint64_t parse_size(const std::string& s) {

@@ -7,12 +7,12 @@
 //   Device::mu_     stream table, event table, every stream's `enqueued` count
 //                   and the legacy-stream bookkeeping; held for each enqueue so
 //                   that "earlier call" is well defined.
-//   Stream::mu      that stream's queue, its completion count (written under it
-//                   by the stream thread, readable lock-free), completion waiters
-//                   and pending event notifications. Taken after Device::mu_,
-//                   never the other way round; a stream thread never takes
-//                   Device::mu_ (except inside user callbacks, where it holds
-//                   no stream lock).
+//   Stream::mu      that stream's queue, its completion waiters and pending
+//                   event notifications. Taken after Device::mu_, never the
+//                   other way round; a stream thread never holds it while it
+//                   runs an op or a callback. The completion count itself is an
+//                   atomic; the stream thread takes Stream::mu after a
+//                   completion only when someone waits or has a notification.
 //   Device::mem_mu_ the allocation map (shared for translations).
 //   No lock is held while an op (kernel, copy, host callback) runs.
 //
@@ -46,6 +46,15 @@
 #include "ordo/sim.h"
 
 namespace ordo::sim {
+
+// Simulated device work touches device memory the way a GPU does: two streams
+// the program did not order may touch the same bytes at once. Such a race is
+// the guest program's bug (and the tests that switch ordering off provoke it
+// on purpose), so every access by device work goes through these two
+// functions, which tests/tsan.supp names.
+[[gnu::noinline]] void device_copy(void* dst, const void* src, uint64_t n) { std::memmove(dst, src, n); }
+[[gnu::noinline]] void device_fill(void* dst, uint8_t v, uint64_t n) { std::memset(dst, v, n); }
+
 namespace {
 
 constexpr uint32_t kMaxStreams = 256;
@@ -618,6 +627,13 @@ class Device final : public Backend {
     for (;;) {
       {
         std::unique_lock lk(s.mu);
+        if (s.queue.empty() && !s.stopping) {
+          // One yield (no spinning) before sleeping: a dispatcher that is
+          // enqueueing right now usually refills the queue, sparing it a wakeup.
+          lk.unlock();
+          std::this_thread::yield();
+          lk.lock();
+        }
         while (s.queue.empty() && !s.stopping) {
           s.idle = true;
           s.work_cv.wait(lk);
@@ -662,11 +678,11 @@ class Device final : public Backend {
       } else {
         src = reinterpret_cast<const void*>(static_cast<uintptr_t>(c->src.addr));
       }
-      std::memmove(dst, src, c->size);
+      device_copy(dst, src, c->size);
     } else if (auto* m = std::get_if<SetOp>(&op.body)) {
       void* dst = nullptr;
       if (!ok(lookup(m->dst, m->size, &dst))) return report(op.tag, Status::kInvalidDevicePointer);
-      std::memset(dst, m->value, m->size);
+      device_fill(dst, m->value, m->size);
     } else if (auto* r = std::get_if<RecordOp>(&op.body)) {
       r->cap->time = std::chrono::steady_clock::now();
     } else if (auto* w = std::get_if<WaitOp>(&op.body)) {
