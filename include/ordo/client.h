@@ -144,6 +144,7 @@ class Client {
   std::unique_ptr<Heap> heap_;
   const uint64_t id_;
   uint64_t guest_session_ = 0;
+  std::atomic<bool> lost_{false};  // the worker died or dropped this session
   std::thread heartbeat_;
   std::mutex beat_mu_;
   std::condition_variable beat_cv_;

@@ -221,6 +221,7 @@ Status Client::check_async_error(ThreadState& t) {
 }
 
 Status Client::finish(ThreadState& t, Status own) {
+  if (lost_.load(std::memory_order_relaxed)) own = Status::kDevicesUnavailable;
   const Status async = check_async_error(t);
   const Status result = ok(own) ? async : own;
   if (!ok(result) && result != Status::kNotReady) t.last_error = result;
@@ -260,6 +261,9 @@ bool Client::worker_alive() {
 }
 
 Status Client::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) {
+  // A worker found dead stays dead for this session: fail at once, not after
+  // another timeout per call.
+  if (lost_.load(std::memory_order_relaxed)) return Status::kDevicesUnavailable;
   uint64_t beat = region_->header()->heartbeat_ns.load(std::memory_order_relaxed);
   uint64_t beat_changed_ms = 0;
   uint32_t sleep_us = 2;
@@ -285,8 +289,10 @@ Status Client::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) {
         beat = b;
         beat_changed_ms = now;
       }
-      if (!worker_alive() || now - beat_changed_ms > uint64_t(opt_.worker_timeout.count()))
+      if (!worker_alive() || now - beat_changed_ms > uint64_t(opt_.worker_timeout.count())) {
+        lost_.store(true, std::memory_order_relaxed);
         return Status::kDevicesUnavailable;
+      }
     }
   }
 }
@@ -307,7 +313,7 @@ void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
     if (g.tail - g.head_cache >= cap) {
       notify_worker();
       // Backpressure: the worker dispatches without guest help (edges point back), so this ends.
-      wait_worker(ctl.head, g.tail - cap + 1);
+      if (!ok(wait_worker(ctl.head, g.tail - cap + 1))) return;  // session lost: finish() says so
       g.head_cache = ctl.head.load(std::memory_order_acquire);
     }
   }

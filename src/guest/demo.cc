@@ -252,10 +252,7 @@ int main() {
   std::string err;
   auto client = ordo::Client::attach_from_env(&err);
   if (!client) {
-    std::fprintf(stderr,
-                 "ordo-demo: cannot attach to the worker: %s\n"
-                 "ordo-demo: start ordo-worker --region PATH and set ORDO_REGION=PATH (scripts/demo.sh does both)\n",
-                 err.c_str());
+    std::fprintf(stderr, "ordo-demo: cannot attach to the worker: %s\n", err.c_str());
     return 1;
   }
   const char* region = std::getenv("ORDO_REGION");
