@@ -244,11 +244,11 @@ TEST(PlanLayout, RejectsBadParametersAndLeavesOutputAlone) {
 // 64 bits without an overflow check: a huge staging size wraps around and the
 // result claims staging windows far outside the region. Region::validate uses
 // plan_layout to judge a header, so a corrupt header passes too (see
-// Region.DISABLED_ValidateRejectsHeaderWithOverflowingStaging).
+// Region.ValidateRejectsHeaderWithOverflowingStaging).
 // Fix (layout.cc, after the staging checks):
 //   if (staging_per_ring > size / ring_count) return false;
 // (ring_count * ring_capacity * sizeof(Entry) <= 2^8 * 2^20 * 2^7 cannot overflow.)
-TEST(PlanLayout, DISABLED_RejectsStagingSizesThatOverflow) {
+TEST(PlanLayout, RejectsStagingSizesThatOverflow) {
   Layout l{};
   // 256 * 2^56 == 2^64 wraps to 0.
   EXPECT_FALSE(plan_layout(MiB, kMaxRings, 8, 1, uint64_t{1} << 56, &l))
@@ -541,10 +541,10 @@ TEST(Region, ValidateRejectsFileSmallerThanHeader) {
 }
 
 // Region::validate trusts any layout plan_layout accepts; with the overflow in
-// plan_layout (PlanLayout.DISABLED_RejectsStagingSizesThatOverflow) a header
+// plan_layout (PlanLayout.RejectsStagingSizesThatOverflow) a header
 // whose staging windows lie far outside the mapping validates, and the guest
 // then computes staging pointers outside the mapping. Fixed by the same patch.
-TEST(Region, DISABLED_ValidateRejectsHeaderWithOverflowingStaging) {
+TEST(Region, ValidateRejectsHeaderWithOverflowingStaging) {
   TempRegion f("overflow");
   std::string err;
   // Layout of a 1 MiB region with 256 rings of 8 entries, 1 slot, and 2^56 bytes
@@ -618,7 +618,7 @@ TEST(ParseSize, OverflowIsZero) {
 // Fix (region.cc, parse_size): reject a leading '-' (and, if wanted, leading
 // whitespace, which stoull also skips):
 //   if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0]))) return 0;
-TEST(ParseSize, DISABLED_NegativeIsZero) {
+TEST(ParseSize, NegativeIsZero) {
   EXPECT_EQ(parse_size("-1"), 0u);
   EXPECT_EQ(parse_size("-4096"), 0u);
   EXPECT_EQ(parse_size("-0x1000"), 0u);

@@ -135,7 +135,7 @@ std::vector<std::pair<std::string, Entry>> good_entries(const Layout& l) {
   std::vector<std::pair<std::string, Entry>> v;
   for (size_t i = 0; i < kOpCount; ++i)
     v.push_back({std::string(kOps[i].name), Op(i) == Op::Launch ? good_launch() : entry(Op(i))});
-  auto add = [&](std::string n, Entry e) { v.push_back({std::move(n), e}); };
+  auto add = [&](std::string n, const Entry& e) { v.push_back({std::move(n), e}); };
   Entry e;
   add("launch", good_launch());
   e = good_launch();
@@ -232,7 +232,7 @@ struct BadCase {
 
 std::vector<BadCase> bad_entries(const Layout& l) {
   std::vector<BadCase> v;
-  auto add = [&](std::string n, Entry e, Path p, Status s = Status::kInvalidValue) {
+  auto add = [&](std::string n, const Entry& e, Path p, Status s = Status::kInvalidValue) {
     v.push_back({std::move(n), e, p, s});
   };
   Entry e;
@@ -382,7 +382,7 @@ TEST(CheckEntry, RandomEntriesThatPassAreSafeToUse) {
       default: return UINT64_MAX - rng() % 4;
     }
   };
-  for (int i = 0; i < 300000; ++i) {
+  for (int i = 0; i < 100000; ++i) {
     Entry e;
     auto* words = reinterpret_cast<uint64_t*>(&e);
     for (size_t k = 0; k < sizeof(Entry) / 8; ++k) words[k] = rng();
@@ -508,7 +508,8 @@ class Hostile : public ::testing::Test {
   // Writes one entry at the raw tail of ring r and publishes it. Returns its position.
   // Entries name slot S_ (where their errors go) unless keep_thread is set:
   // never the client's own slots.
-  uint64_t write(uint32_t r, Entry e, bool keep_thread = false) {
+  uint64_t write(uint32_t r, const Entry& in, bool keep_thread = false) {
+    Entry e = in;
     if (!keep_thread) e.thread = S_;
     const uint64_t pos = tails_[r]++;
     std::memcpy(&region().entries(r)[pos & (L_.ring_capacity - 1)], &e, sizeof e);
@@ -565,7 +566,8 @@ class Hostile : public ::testing::Test {
 
   // Pushes `bad` on ring r, expects exactly one error `want` for it on slot S_,
   // and that the ring then goes on.
-  void expect_rejected(uint32_t r, Entry bad, Status want, const std::string& what) {
+  void expect_rejected(uint32_t r, const Entry& in, Status want, const std::string& what) {
+    Entry bad = in;
     SCOPED_TRACE(what);
     bad.thread = S_;
     const uint64_t pos = push(r, bad);
@@ -749,7 +751,7 @@ TEST_F(Hostile, RangeStraddlingTheEndOfAnAllocation) {
   // Exactly up to the end is fine, and so is an empty range at the end.
   push(R_, memset_entry(end - 8, 0x77, 8));
   push(R_, memset_entry(end, 0x77, 0));
-  ASSERT_TRUE(drained(R_));
+  ASSERT_TRUE(synced(R_));  // R_ is non-blocking: the client's copy does not wait for it
   uint8_t tail[8] = {};
   ASSERT_EQ(c_->memcpy_d2h(tail, end - 8, 8), Status::kSuccess);
   for (uint8_t b : tail) EXPECT_EQ(b, 0x77);
@@ -910,7 +912,7 @@ TEST_F(Hostile, EdgeToAPublishedPositionOnAnotherRingIsHonoured) {
   e.edge_count = 1;
   e.edges[0] = {B, 0, b_after};
   push(A, e);
-  ASSERT_TRUE(drained(A));
+  ASSERT_TRUE(synced(A));  // dispatched after B's launch, and done
   const uint64_t fence = push(B, entry(Op::Fence));
   // Free only after the kernel is done with the memory (the guest's duty).
   ASSERT_TRUE(eventually([&] { return region().ring(B).completed.load(std::memory_order_acquire) > fence; }));
@@ -925,7 +927,7 @@ TEST_F(Hostile, EntriesOnARingWithoutStreamCreate) {
   const uint32_t r = R_ - 2;
   open_ring(r);
   // Nothing but StreamCreate and Nop runs on a ring without a stream.
-  auto rejected = [&](Entry e, const char* what) {
+  auto rejected = [&](const Entry& e, const char* what) {
     SCOPED_TRACE(what);
     const uint64_t pos = push(r, e);
     auto err = next_error();
@@ -1143,7 +1145,7 @@ TEST_F(Hostile, SlotSequenceJumpsAreAnswered) {
 // (not even hostile) edge builder would hang instead of getting an error.
 // Fix: reject the entry that closes a cycle in the waits-for graph when it
 // starts waiting (see the report for a patch).
-TEST_F(Hostile, DISABLED_EdgeCycleBetweenTwoRingsIsAnErrorNotAStall) {
+TEST_F(Hostile, EdgeCycleBetweenTwoRingsIsAnErrorNotAStall) {
   const uint32_t A = R_, B = R_ - 1;
   create_ring(A);
   create_ring(B);
@@ -1182,7 +1184,7 @@ TEST_F(Hostile, DISABLED_EdgeCycleBetweenTwoRingsIsAnErrorNotAStall) {
 // Fix: in check_edges, take the limit for another ring from the worker's view:
 // the raw tail only if the ring is open and the tail is sane, else that ring's
 // head (so edges to already dispatched positions still pass).
-TEST_F(Hostile, DISABLED_EdgeIntoARingTheWorkerIgnoresIsAnErrorNotAStall) {
+TEST_F(Hostile, EdgeIntoARingTheWorkerIgnoresIsAnErrorNotAStall) {
   const uint32_t A = R_, B = R_ - 1, C = R_ - 2;
   create_ring(A);
   create_ring(B);
@@ -1252,7 +1254,8 @@ void free_while_kernel_runs() {
   const uint32_t r = l.ring_count - 1, S = l.slot_count - 1;
   DoorbellRinger bell(doorbell_path(w.region_path()));
   uint64_t tail = 0;
-  auto push = [&](Entry e) {
+  auto push = [&](const Entry& in) {
+    Entry e = in;
     e.thread = S;
     const uint64_t pos = tail++;
     std::memcpy(&region.entries(r)[pos & (l.ring_capacity - 1)], &e, sizeof e);
@@ -1305,7 +1308,7 @@ void free_while_kernel_runs() {
   std::_Exit(0);
 }
 
-TEST(HostileFree, DISABLED_FreeWhileAKernelUsesTheMemoryIsSafe) {
+TEST(HostileFree, FreeWhileAKernelUsesTheMemoryIsSafe) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(free_while_kernel_runs(), ::testing::ExitedWithCode(0), "")
       << "exit code 2: a kernel wrote into memory freed under it; a signal: the worker's heap was corrupted";
@@ -1326,7 +1329,8 @@ TEST(HostileLegacyRing, CannotBeDestroyedOrCreatedAgain) {
   const uint32_t S = region.layout().slot_count - 1;
   ReplySlot& slot = region.slot(S);
   uint64_t tail = 0;
-  auto push = [&](Entry e) {
+  auto push = [&](const Entry& in) {
+    Entry e = in;
     e.thread = S;
     std::memcpy(&region.entries(kLegacyRing)[tail++ & (region.layout().ring_capacity - 1)], &e, sizeof e);
     region.ring(kLegacyRing).tail.store(tail, std::memory_order_release);

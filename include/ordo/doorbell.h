@@ -6,6 +6,7 @@
 #pragma once
 
 #include <liburing.h>
+#include <sys/un.h>
 
 #include <chrono>
 #include <memory>
@@ -14,6 +15,8 @@
 namespace ordo {
 
 std::string doorbell_path(const std::string& region_path);
+// The socket address of a doorbell path; false when the path is too long.
+bool doorbell_address(const std::string& path, sockaddr_un* addr);
 
 class DoorbellWaiter {
  public:

@@ -10,6 +10,7 @@
 #include <span>
 #include <stdexcept>
 #include <string_view>
+#include <vector>
 
 #include "ordo/backend.h"
 
@@ -56,6 +57,7 @@ class KernelContext {
   Device& dev_;
   Dim3 grid_, block_;
   std::span<const std::byte> args_;
+  mutable std::vector<std::shared_ptr<const void>> pins_;  // allocations translated so far
 };
 
 using Kernel = void (*)(KernelContext&);

@@ -105,6 +105,7 @@ class Worker {
   bool try_slot(uint32_t s);
   Status check_edges(const Entry& e, uint32_t own_ring, std::string* why);
   bool edges_ready(const Entry& e) const;
+  bool waits_for_itself(uint32_t ring) const;  // ring's staged entry closes a cycle of waits
   bool chaos_hold(bool& armed, uint64_t& until);
   Status dispatch(uint32_t ring, const Entry& e, uint64_t pos);
   void serve_slot(uint32_t s, const Entry& e, uint64_t seq);

@@ -15,6 +15,8 @@ bool plan_layout(uint64_t size, uint32_t ring_count, uint32_t ring_capacity, uin
   if (!pow2(ring_capacity) || ring_capacity < 8 || ring_capacity > (1u << 20)) return false;
   if (slot_count == 0 || slot_count > kMaxSlots) return false;
   if (staging_per_ring < 4096 || staging_per_ring % 4096 != 0) return false;
+  // ring_count * staging_per_ring and the offsets below must not wrap around.
+  if (staging_per_ring > size / ring_count) return false;
 
   Layout l{};
   l.region_size = size;

@@ -191,7 +191,8 @@ std::string resolve_region(const std::string& spec, std::string* error) {
 }
 
 uint64_t parse_size(const std::string& s) {
-  if (s.empty()) return 0;
+  // stoull would skip leading spaces and accept a sign ("-1" is 2^64 - 1).
+  if (s.empty() || s[0] < '0' || s[0] > '9') return 0;
   size_t idx = 0;
   unsigned long long v = 0;
   try {

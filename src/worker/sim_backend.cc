@@ -491,7 +491,7 @@ class Device final : public Backend {
     // Round up and leave an unmapped gap so that adjacent allocations never touch.
     next_addr_ += (size + kAllocAlign - 1) / kAllocAlign * kAllocAlign + kAllocAlign;
     try {
-      allocs_.emplace(addr, std::move(block));
+      allocs_.emplace(addr, std::make_shared<HostBlock>(std::move(block)));
     } catch (const std::bad_alloc&) {
       return Status::kMemoryAllocation;
     }
@@ -501,7 +501,7 @@ class Device final : public Backend {
 
   Status free(uint64_t device_addr) override {
     if (device_addr == 0) return Status::kSuccess;  // like cudaFree(nullptr)
-    HostBlock dead;  // released after the lock is dropped
+    std::shared_ptr<HostBlock> dead;  // released after the lock is dropped, or by the last op using it
     std::unique_lock lk(mem_mu_);
     auto it = allocs_.find(device_addr);
     if (it == allocs_.end()) return Status::kInvalidDevicePointer;
@@ -523,16 +523,19 @@ class Device final : public Backend {
   // Translates [addr, addr + bytes) (bytes > 0) to host memory if it lies inside
   // one live allocation: kInvalidDevicePointer if addr is in none,
   // kInvalidValue if the range runs past the end of the one it starts in.
-  Status lookup(uint64_t addr, uint64_t bytes, void** out) const {
+  // `pin` keeps the block alive while the caller uses it (a concurrent free only
+  // unlinks it).
+  Status lookup(uint64_t addr, uint64_t bytes, void** out, std::shared_ptr<const void>* pin = nullptr) const {
     std::shared_lock lk(mem_mu_);
     auto it = allocs_.upper_bound(addr);
     if (it == allocs_.begin()) return Status::kInvalidDevicePointer;
     --it;
     const uint64_t off = addr - it->first;  // addr >= it->first
-    const uint64_t size = it->second.size();
+    const uint64_t size = it->second->size();
     if (off >= size) return Status::kInvalidDevicePointer;
     if (bytes > size - off) return Status::kInvalidValue;
-    *out = it->second.data() + off;
+    *out = it->second->data() + off;
+    if (pin) *pin = it->second;
     return Status::kSuccess;
   }
 
@@ -666,14 +669,15 @@ class Device final : public Backend {
     } else if (auto* c = std::get_if<CopyOp>(&op.body)) {
       void* dst = nullptr;
       const void* src = nullptr;
+      std::shared_ptr<const void> dst_pin, src_pin;
       if (c->dst.device) {
-        if (!ok(lookup(c->dst.addr, c->size, &dst))) return report(op.tag, Status::kInvalidDevicePointer);
+        if (!ok(lookup(c->dst.addr, c->size, &dst, &dst_pin))) return report(op.tag, Status::kInvalidDevicePointer);
       } else {
         dst = reinterpret_cast<void*>(static_cast<uintptr_t>(c->dst.addr));
       }
       if (c->src.device) {
         void* p = nullptr;
-        if (!ok(lookup(c->src.addr, c->size, &p))) return report(op.tag, Status::kInvalidDevicePointer);
+        if (!ok(lookup(c->src.addr, c->size, &p, &src_pin))) return report(op.tag, Status::kInvalidDevicePointer);
         src = p;
       } else {
         src = reinterpret_cast<const void*>(static_cast<uintptr_t>(c->src.addr));
@@ -681,7 +685,8 @@ class Device final : public Backend {
       device_copy(dst, src, c->size);
     } else if (auto* m = std::get_if<SetOp>(&op.body)) {
       void* dst = nullptr;
-      if (!ok(lookup(m->dst, m->size, &dst))) return report(op.tag, Status::kInvalidDevicePointer);
+      std::shared_ptr<const void> pin;
+      if (!ok(lookup(m->dst, m->size, &dst, &pin))) return report(op.tag, Status::kInvalidDevicePointer);
       device_fill(dst, m->value, m->size);
     } else if (auto* r = std::get_if<RecordOp>(&op.body)) {
       r->cap->time = std::chrono::steady_clock::now();
@@ -701,7 +706,7 @@ class Device final : public Backend {
   std::vector<Worker> workers_;                    // guarded by mu_
 
   mutable std::shared_mutex mem_mu_;
-  std::map<uint64_t, HostBlock> allocs_;  // guarded by mem_mu_
+  std::map<uint64_t, std::shared_ptr<HostBlock>> allocs_;  // guarded by mem_mu_
   uint64_t next_addr_ = kDeviceBase;      // guarded by mem_mu_
 };
 
@@ -712,9 +717,11 @@ uint64_t KernelContext::tick() const { return g_tick.fetch_add(1, std::memory_or
 void* KernelContext::translate(uint64_t device_addr, uint64_t bytes) const {
   if (bytes == 0) return nullptr;  // nothing may be touched
   void* p = nullptr;
-  if (!ok(dev_.lookup(device_addr, bytes, &p))) {
+  std::shared_ptr<const void> pin;
+  if (!ok(dev_.lookup(device_addr, bytes, &p, &pin))) {
     throw KernelError(Status::kInvalidDevicePointer, "kernel touched memory outside a live allocation");
   }
+  pins_.push_back(std::move(pin));  // alive until the kernel returns
   return p;
 }
 

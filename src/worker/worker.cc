@@ -78,7 +78,20 @@ Status Worker::check_edges(const Entry& e, uint32_t own_ring, std::string* why) 
     const Edge& edge = e.edges[i];
     // An edge may only name an entry that was published before this one; anything
     // later could close a cycle and stall the guest's rings forever.
-    const uint64_t limit = edge.ring == own_ring ? rings_[own_ring].head : tail_of(edge.ring);
+    uint64_t limit;
+    if (edge.ring == own_ring) {
+      limit = rings_[own_ring].head;
+    } else {
+      // Only what this worker will serve: an open ring with a sane tail.
+      // Otherwise only positions it already dispatched.
+      const RingState& other = rings_[edge.ring];
+      const uint64_t t = tail_of(edge.ring);
+      const bool open = edge.ring == kLegacyRing || ((region_.header()->ring_open[edge.ring / 64].load(
+                                                          std::memory_order_acquire) >>
+                                                      (edge.ring % 64)) &
+                                                     1);
+      limit = open && t >= other.head && t - other.head <= layout_.ring_capacity ? t : other.head;
+    }
     if (edge.pos > limit) {
       *why = "edge to ring " + std::to_string(edge.ring) + " position " + std::to_string(edge.pos) +
              " which was not yet published";
@@ -93,6 +106,26 @@ bool Worker::edges_ready(const Entry& e) const {
   for (unsigned i = 0; i < e.edge_count; ++i)
     if (rings_[e.edges[i].ring].head < e.edges[i].pos) return false;
   return true;
+}
+
+bool Worker::waits_for_itself(uint32_t start) const {
+  std::vector<uint32_t> todo{start};
+  std::vector<bool> seen(layout_.ring_count);
+  while (!todo.empty()) {
+    const RingState& rs = rings_[todo.back()];
+    todo.pop_back();
+    if (!rs.staged) continue;
+    for (unsigned i = 0; i < rs.entry.edge_count; ++i) {
+      const Edge& e = rs.entry.edges[i];
+      if (rings_[e.ring].head >= e.pos) continue;
+      if (e.ring == start) return true;
+      if (!seen[e.ring]) {
+        seen[e.ring] = true;
+        todo.push_back(e.ring);
+      }
+    }
+  }
+  return false;
 }
 
 bool Worker::chaos_hold(bool& armed, uint64_t& until) {
@@ -146,6 +179,17 @@ bool Worker::poll_ring(uint32_t r) {
     }
     if (!edges_ready(rs.entry)) {
       if (!rs.waited) {
+        // The tails only say an edge names a published entry, not one published
+        // before this one: two entries can name each other. The last of a cycle
+        // to start waiting closes it; reject that one.
+        if (waits_for_itself(r)) {
+          log_bad("ring", r, rs.head, "edges close a cycle");
+          async_error({r, rs.entry.thread, rs.head, rs.entry.op}, Status::kIllegalState);
+          rs.staged = false;
+          ++rs.head;
+          progressed = true;
+          continue;
+        }
         rs.waited = true;
         bump(counters_.edge_waits);
       }
