@@ -130,6 +130,7 @@ class Worker {
   std::vector<uint32_t> free_events_;
   std::map<uint64_t, uint64_t> allocations_;  // device address -> size, this guest's only
   uint64_t slot_doorbell_seen_ = 0;
+  uint32_t staged_slots_ = 0;   // slots holding a request that waits for edges
   uint64_t attached_ = 0;       // guest session served; nothing is polled while 0
   uint64_t refused_ = 0;        // a session declared dead: not served again
   uint64_t beat_seen_ = 0, beat_changed_ns_ = 0;

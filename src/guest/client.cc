@@ -878,8 +878,9 @@ Status Client::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payl
   const uint64_t seq = ++t.seq;
   _mm_sfence();
   s.request_seq.store(seq, std::memory_order_release);
-  region_->header()->slot_doorbell.fetch_add(1, std::memory_order_release);
-  notify_worker();
+  // A locked RMW: also the full fence the sleep handshake needs.
+  region_->header()->slot_doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (region_->header()->worker_sleeping.load(std::memory_order_relaxed)) bell_.ring();
   if (Status st = wait_worker(s.reply_seq, seq); !ok(st)) return st;
   if (r0) *r0 = s.result[0];
   if (r1) *r1 = s.result[1];

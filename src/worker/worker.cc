@@ -433,8 +433,14 @@ bool Worker::poll_slots() {
   const uint64_t bell = region_.header()->slot_doorbell.load(std::memory_order_acquire);
   const bool scan = bell != slot_doorbell_seen_;
   slot_doorbell_seen_ = bell;
-  for (uint32_t s = 0; s < layout_.slot_count; ++s)
+  // The common pass: no new request and none waiting for edges.
+  if (!scan && staged_slots_ == 0) return false;
+  uint32_t staged = 0;
+  for (uint32_t s = 0; s < layout_.slot_count; ++s) {
     if (scan || slots_[s].staged) progressed |= try_slot(s);
+    staged += slots_[s].staged;
+  }
+  staged_slots_ = staged;
   return progressed;
 }
 
@@ -497,6 +503,7 @@ void Worker::reset_session() {
   for (auto& rs : rings_) rs = RingState{};
   rings_[kLegacyRing].created = true;
   for (auto& ss : slots_) ss = SlotState{};
+  staged_slots_ = 0;
   attached_ = 0;
   region_.header()->attached_session.store(0, std::memory_order_release);
 }

@@ -1,0 +1,597 @@
+// ordo's own costs, next to the floors it is judged against (docs/BENCHMARKS.md).
+//
+// The worker runs in a thread of this process on a /dev/shm region, over a
+// NullBackend that does no work, so the numbers are the transport and the
+// ordering logic, not a device or the simulator. One group goes through the
+// sim backend for reference. The baselines (cache-line ping-pong, Unix socket,
+// boost spsc_queue) run in the same binary so ratios come from one run.
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/lockfree/spsc_queue.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ordo/backend.h"
+#include "ordo/client.h"
+#include "ordo/layout.h"
+#include "ordo/region.h"
+#include "ordo/worker.h"
+
+namespace {
+
+using ordo::Status;
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "bench_ordo: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// Threads are pinned so the scheduler's placement does not add noise: the
+// calling ("guest") threads on CPU 0, the worker and every baseline's server
+// thread on CPU 1, a core to itself as in production. Without this, a thread
+// woken or created on its partner's CPU spins there until the load balancer
+// moves it, which on 2 vCPUs turned ~0.5 us round trips into ~100 us ones.
+// ORDO_BENCH_NO_PIN=1 turns it off.
+constexpr int kGuestCpu = 0, kServerCpu = 1, kAnyCpu = -1;
+bool g_pin = false;
+
+void pin(int cpu) {
+  if (!g_pin) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (cpu == kAnyCpu) {
+    for (int i = 0; i < CPU_SETSIZE; ++i) CPU_SET(i, &set);  // the kernel keeps the CPUs that exist
+  } else {
+    CPU_SET(cpu, &set);
+  }
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+// A server thread: runs `fn` pinned to the server CPU.
+template <class F>
+std::thread server_thread(F fn) {
+  return std::thread([fn = std::move(fn)]() mutable {
+    pin(kServerCpu);
+    fn();
+  });
+}
+
+// Does nothing, at once: isolates ordo's own cost. Fences and event waits run
+// their callback inline, so ring.completed advances as soon as a fence is dispatched.
+class NullBackend final : public ordo::Backend {
+ public:
+  std::string_view name() const override { return "null"; }
+  Status stream_create(uint32_t, bool, int) override { return Status::kSuccess; }
+  Status stream_destroy(uint32_t) override { return Status::kSuccess; }
+  Status launch(uint32_t, const ordo::LaunchParams&, const ordo::OpTag&) override { return Status::kSuccess; }
+  Status memcpy(uint32_t, ordo::MemOperand, ordo::MemOperand, uint64_t, const ordo::OpTag&) override {
+    return Status::kSuccess;
+  }
+  Status memset(uint32_t, uint64_t, uint8_t, uint64_t, const ordo::OpTag&) override { return Status::kSuccess; }
+  Status event_create(uint32_t, uint32_t) override { return Status::kSuccess; }
+  Status event_destroy(uint32_t) override { return Status::kSuccess; }
+  Status event_record(uint32_t, uint32_t) override { return Status::kSuccess; }
+  Status stream_wait_event(uint32_t, uint32_t) override { return Status::kSuccess; }
+  Status event_query(uint32_t) override { return Status::kSuccess; }
+  Status event_elapsed(uint32_t, uint32_t, float* ms) override {
+    *ms = 0;
+    return Status::kSuccess;
+  }
+  void event_notify(uint32_t, std::function<void()> fn) override { fn(); }
+  void host_callback(uint32_t, std::function<void()> fn) override { fn(); }
+  Status malloc(uint64_t size, uint64_t* addr) override {
+    *addr = next_;
+    next_ += (size + 0xfff) & ~uint64_t{0xfff};
+    return Status::kSuccess;
+  }
+  Status free(uint64_t) override { return Status::kSuccess; }
+  Status kernel_lookup(std::string_view, uint32_t* kernel) override {
+    *kernel = 0;
+    return Status::kSuccess;
+  }
+
+ private:
+  uint64_t next_ = 0x7000'0000'0000;
+};
+
+struct Config {
+  bool sim = false;           // the sim backend instead of NullBackend
+  bool guest_edges = true;    // ClientOptions::ordered
+  bool worker_edges = true;   // WorkerOptions::ordered
+  bool shared = false;        // all threads on one stream instead of one each
+  bool blocking = false;      // blocking streams (they order against the legacy stream)
+  bool idle_sleep = false;    // the worker's default idle policy: sleep after 200 us without work
+};
+
+// A worker thread on a fresh region, one client, and the streams the threads use.
+// Built by Setup before the benchmark's threads start, so they all share it.
+class Env {
+ public:
+  Env(const Config& c, int threads) {
+    static int n = 0;
+    path_ = "/dev/shm/ordo-bench-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+    ordo::Layout l;
+    if (!ordo::plan_default_layout(64u << 20, &l)) die("plan_default_layout failed");
+    std::string err;
+    region_ = ordo::Region::create(path_, l, &err);
+    if (!region_) die(err);
+    if (c.sim) {
+      // Unpinned, so are the stream threads it starts: they need a CPU besides
+      // the worker's and the caller's.
+      std::thread([&] {
+        pin(kAnyCpu);
+        backend_ = ordo::make_backend("sim", &err);
+      }).join();
+      if (!backend_) die(err);
+    } else {
+      backend_ = std::make_unique<NullBackend>();
+    }
+    ordo::WorkerOptions wo;
+    wo.ordered = c.worker_edges;
+    // Never sleep between calls while measuring, unless the benchmark alternates
+    // between workers and wants the idle one off the CPU.
+    if (!c.idle_sleep) wo.spin = std::chrono::milliseconds(50);
+    wo.quiet = true;
+    worker_ = std::make_unique<ordo::Worker>(*region_, *backend_, wo);
+    thread_ = std::thread([w = worker_.get(), sim = c.sim] {
+      pin(sim ? kAnyCpu : kServerCpu);  // sim: stream threads created on this thread inherit its mask
+      w->run(nullptr);
+    });
+    client_ = ordo::Client::attach(path_, &err, ordo::ClientOptions{.ordered = c.guest_edges});
+    if (!client_) die(err);
+    if (!ok(client_->kernel_lookup("ordo_noop", &kernel_))) die("kernel_lookup(ordo_noop) failed");
+    for (int i = 0; i < (c.shared ? 1 : threads); ++i) {
+      ordo::Stream s;
+      if (!ok(client_->stream_create(&s, c.blocking ? 0 : ordo::kStreamNonBlocking))) die("stream_create failed");
+      streams_.push_back(s);
+    }
+  }
+
+  ~Env() {
+    worker_->stop();
+    thread_.join();
+    client_.reset();
+    worker_.reset();
+    backend_.reset();  // joins sim stream threads, which may still write into the region
+    region_.reset();
+    unlink(path_.c_str());
+  }
+
+  ordo::Client& client() { return *client_; }
+  ordo::Stream stream(int thread) const { return streams_[streams_.size() == 1 ? 0 : thread]; }
+  uint32_t kernel() const { return kernel_; }
+  ordo::WorkerStats stats() const { return worker_->stats(); }
+
+ private:
+  std::string path_;
+  std::unique_ptr<ordo::Region> region_;
+  std::unique_ptr<ordo::Backend> backend_;
+  std::unique_ptr<ordo::Worker> worker_;
+  std::thread thread_;
+  std::unique_ptr<ordo::Client> client_;
+  std::vector<ordo::Stream> streams_;
+  uint32_t kernel_ = 0;
+};
+
+std::unique_ptr<Env> g_env;
+
+template <Config C>
+void setup(const benchmark::State& st) {
+  g_env = std::make_unique<Env>(C, st.threads());
+}
+void teardown(const benchmark::State&) { g_env.reset(); }
+
+struct Args16 {
+  uint64_t a, b;
+};
+
+constexpr double kMinTime = 0.3;
+
+// ---- ordo ------------------------------------------------------------------
+
+// Caller-side cost of one async launch while the worker keeps up: bursts of
+// 256 launches into an empty ring (the ring never fills), timed per burst; the
+// stream_synchronize that empties the ring between bursts is not timed.
+void BM_Enqueue(benchmark::State& state) {
+  constexpr int kBurst = 256;
+  ordo::Client& c = g_env->client();
+  const ordo::Stream s = g_env->stream(0);
+  const uint32_t k = g_env->kernel();
+  const Args16 args{1, 2};
+  const uint32_t size = uint32_t(state.range(0));
+  double total_ns = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    bool failed = false;
+    for (int i = 0; i < kBurst; ++i) failed |= !ok(c.launch(k, {1}, {1}, size ? &args : nullptr, size, s));
+    const auto t1 = std::chrono::steady_clock::now();
+    const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
+    state.SetIterationTime(ns * 1e-9);
+    total_ns += ns;
+    if (failed || !ok(c.stream_synchronize(s))) {
+      state.SkipWithError("launch or stream_synchronize failed");
+      break;
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBurst);
+  state.counters["ns_per_call"] = total_ns / double(state.iterations() * kBurst);
+}
+BENCHMARK(BM_Enqueue)->Name("ordo/enqueue")->ArgName("args_bytes")->Arg(16)->Arg(0)
+    ->Setup(setup<Config{}>)->Teardown(teardown)->UseManualTime()->MinTime(kMinTime);
+
+// Sync round trip: a reply-slot request the worker answers without a backend call.
+void BM_NullCall(benchmark::State& state) {
+  ordo::Client& c = g_env->client();
+  for (auto _ : state) {
+    if (!ok(c.null_call())) {
+      state.SkipWithError("null_call failed");
+      break;
+    }
+  }
+}
+BENCHMARK(BM_NullCall)->Name("ordo/sync_null_call")->Setup(setup<Config{}>)->Teardown(teardown)
+    ->UseRealTime()->MinTime(kMinTime);
+
+// Diagnostic: one Worker::poll_once() with nothing to do (no worker thread; an
+// attached but idle client, its legacy ring and 64 idle reply slots). A request
+// waits on average half a pass before the worker sees it, so this bounds how
+// close the sync round trip can get to the ping-pong floor.
+void BM_IdlePass(benchmark::State& state) {
+  const std::string path = "/dev/shm/ordo-bench-" + std::to_string(getpid()) + "-idle";
+  ordo::Layout l;
+  std::string err;
+  if (!ordo::plan_default_layout(64u << 20, &l)) die("plan_default_layout failed");
+  auto region = ordo::Region::create(path, l, &err);
+  if (!region) die(err);
+  NullBackend backend;
+  ordo::WorkerOptions wo;
+  wo.quiet = true;
+  {
+    ordo::Worker w(*region, backend, wo);
+    // attach() waits for the worker to accept the session, which happens in poll_once().
+    std::unique_ptr<ordo::Client> client;
+    std::atomic<bool> attached{false};
+    std::thread attacher([&] {
+      client = ordo::Client::attach(path, &err);
+      attached.store(true);
+    });
+    while (!attached.load()) w.poll_once();
+    attacher.join();
+    if (!client) die(err);
+    for (auto _ : state) benchmark::DoNotOptimize(w.poll_once());
+  }
+  region.reset();
+  unlink(path.c_str());
+}
+BENCHMARK(BM_IdlePass)->Name("ordo/worker_idle_pass")->MinTime(kMinTime);
+
+// Sustained async launches (16-byte args), each thread on the stream Env gave it.
+// `mixed`: every 8th launch goes to the legacy stream instead, so blocking
+// streams and the legacy stream order against each other (real edges).
+// The last iteration synchronizes every stream the thread used, inside the timed
+// region: items/s counts only work the worker has dispatched.
+template <bool mixed>
+void BM_Launch(benchmark::State& state) {
+  ordo::Client& c = g_env->client();
+  const ordo::Stream own = g_env->stream(state.thread_index());
+  const uint32_t k = g_env->kernel();
+  const Args16 args{1, 2};
+  const ordo::WorkerStats before = state.thread_index() == 0 ? g_env->stats() : ordo::WorkerStats{};
+  int64_t n = 0;
+  for (auto _ : state) {
+    const ordo::Stream s = mixed && (n & 7) == 7 ? ordo::kLegacyStream : own;
+    if (!ok(c.launch(k, {1}, {1}, &args, sizeof args, s))) {
+      state.SkipWithError("launch failed");
+      break;
+    }
+    if (++n == state.max_iterations) {
+      const bool synced = ok(c.stream_synchronize(own)) && (!mixed || ok(c.stream_synchronize(ordo::kLegacyStream)));
+      if (!synced) state.SkipWithError("stream_synchronize failed");
+    }
+  }
+  state.SetItemsProcessed(n);
+  if (state.thread_index() == 0) {
+    // All threads have left the loop here (the loop ends at a barrier).
+    const ordo::WorkerStats after = g_env->stats();
+    const double calls = double(n) * state.threads();
+    state.counters["entries_per_call"] = double(after.entries - before.entries) / calls;
+    state.counters["edge_waits_per_call"] = double(after.edge_waits - before.edge_waits) / calls;
+  }
+}
+
+constexpr Config kIndependent{};
+constexpr Config kShared{.shared = true};
+constexpr Config kNoGuestEdges{.guest_edges = false};
+constexpr Config kNoEdges{.guest_edges = false, .worker_edges = false};
+constexpr Config kMixed{.blocking = true};
+constexpr Config kMixedNoGuestEdges{.guest_edges = false, .blocking = true};
+constexpr Config kMixedNoEdges{.guest_edges = false, .worker_edges = false, .blocking = true};
+constexpr Config kSim{.sim = true};
+
+#define ORDO_LAUNCH(mixed, name, config, lo, hi)                                          \
+  BENCHMARK(BM_Launch<mixed>)->Name(name)->Setup(setup<config>)->Teardown(teardown)   \
+      ->ThreadRange(lo, hi)->UseRealTime()->MinTime(kMinTime)
+
+ORDO_LAUNCH(false, "ordo/throughput/independent", kIndependent, 1, 8);
+ORDO_LAUNCH(false, "ordo/throughput/shared_stream", kShared, 1, 8);
+// Ordering overhead: the same load with ordering on (the default), with the
+// guest building no edges (the worker still honours any it gets), and off on
+// both sides. paired/ordering/* below measures the on/off ratio more robustly.
+ORDO_LAUNCH(false, "ordo/ordering/independent/edges_on", kIndependent, 1, 2);
+ORDO_LAUNCH(false, "ordo/ordering/independent/guest_edges_off", kNoGuestEdges, 1, 2);
+ORDO_LAUNCH(false, "ordo/ordering/independent/edges_off", kNoEdges, 1, 2);
+ORDO_LAUNCH(true, "ordo/ordering/mixed_legacy/edges_on", kMixed, 1, 2);
+ORDO_LAUNCH(true, "ordo/ordering/mixed_legacy/guest_edges_off", kMixedNoGuestEdges, 1, 2);
+ORDO_LAUNCH(true, "ordo/ordering/mixed_legacy/edges_off", kMixedNoEdges, 1, 2);
+// Reference only: the sim backend runs each stream on its own host thread, so
+// this measures the simulator's hand-off as much as ordo.
+ORDO_LAUNCH(false, "sim_backend/throughput/independent", kSim, 1, 2);
+
+// ---- baselines -------------------------------------------------------------
+
+// The floor: two threads bouncing one cache line. The responder turns an odd
+// value into the next even one; the caller waits for it. Both spin with pause,
+// as ordo's worker and client do.
+class PingPong {
+ public:
+  PingPong() : responder_(server_thread([this] {
+      for (;;) {
+        const uint64_t v = line_.v.load(std::memory_order_acquire);
+        if (v == kStop) return;
+        if (v & 1) line_.v.store(v + 1, std::memory_order_release);
+        else _mm_pause();
+      }
+    })) {}
+  ~PingPong() {
+    line_.v.store(kStop);
+    responder_.join();
+  }
+  void round_trip() {
+    line_.v.store(++x_, std::memory_order_release);
+    ++x_;
+    while (line_.v.load(std::memory_order_acquire) != x_) _mm_pause();
+  }
+
+ private:
+  static constexpr uint64_t kStop = ~uint64_t{0};
+  struct alignas(ordo::kCacheLine) Line {  // a line of its own: alignas rounds the size up too
+    std::atomic<uint64_t> v{0};
+  };
+  Line line_;
+  uint64_t x_ = 0;
+  std::thread responder_;  // last: starts once the line is initialised
+};
+
+void BM_PingPong(benchmark::State& state) {
+  auto pp = std::make_unique<PingPong>();
+  for (auto _ : state) pp->round_trip();
+}
+BENCHMARK(BM_PingPong)->Name("baseline/cacheline_pingpong")->UseRealTime()->MinTime(kMinTime);
+
+bool full_io(ssize_t (*io)(int, void*, size_t), int fd, void* buf, size_t n) {
+  auto* p = static_cast<char*>(buf);
+  while (n) {
+    const ssize_t r = io(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= size_t(r);
+  }
+  return true;
+}
+ssize_t write_fn(int fd, void* b, size_t n) { return ::write(fd, b, n); }
+ssize_t read_fn(int fd, void* b, size_t n) { return ::read(fd, b, n); }
+
+// A typical RPC transport: 8-byte request, 8-byte reply over AF_UNIX, blocking
+// reads on both sides (the server thread sleeps in read between requests).
+void BM_UnixSocket(benchmark::State& state) {
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
+    state.SkipWithError("socketpair failed");
+    return;
+  }
+  std::thread server = server_thread([fd = fds[1]] {
+    uint64_t v;
+    while (full_io(read_fn, fd, &v, sizeof v)) {
+      ++v;
+      if (!full_io(write_fn, fd, &v, sizeof v)) return;
+    }
+  });
+  uint64_t v = 0;
+  for (auto _ : state) {
+    if (!full_io(write_fn, fds[0], &v, sizeof v) || !full_io(read_fn, fds[0], &v, sizeof v)) {
+      state.SkipWithError("socket i/o failed");
+      break;
+    }
+  }
+  ::close(fds[0]);  // the server's read sees end-of-file
+  server.join();
+  ::close(fds[1]);
+}
+BENCHMARK(BM_UnixSocket)->Name("baseline/unix_socket_roundtrip")->UseRealTime()->MinTime(kMinTime);
+
+using Spsc = boost::lockfree::spsc_queue<uint64_t, boost::lockfree::capacity<1024>>;
+
+// Producer -> consumer thread through one queue, the ring size ordo uses. As in
+// BM_Launch, the last iteration waits until the consumer has taken everything.
+// `fenced`: after each push, the seq_cst fence and flag load that ordo's
+// notify_worker() does per entry (the sleep handshake), to price that alone.
+template <bool fenced>
+void BM_SpscThroughput(benchmark::State& state) {
+  struct alignas(ordo::kCacheLine) Flag {
+    std::atomic<uint32_t> sleeping{0};
+  };
+  static Flag flag;
+  auto q = std::make_unique<Spsc>();
+  std::atomic<uint64_t> consumed{0};
+  std::atomic<bool> stop{false};
+  std::thread consumer = server_thread([&] {
+    uint64_t n = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      const size_t got = q->consume_all([](uint64_t) {});
+      if (got) consumed.store(n += got, std::memory_order_release);
+      else _mm_pause();
+    }
+  });
+  uint64_t n = 0;
+  for (auto _ : state) {
+    while (!q->push(n)) _mm_pause();
+    if (fenced) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      benchmark::DoNotOptimize(flag.sleeping.load(std::memory_order_relaxed));
+    }
+    if (int64_t(++n) == state.max_iterations)
+      while (consumed.load(std::memory_order_acquire) != n) _mm_pause();
+  }
+  stop.store(true);
+  consumer.join();
+  state.SetItemsProcessed(int64_t(n));
+}
+BENCHMARK(BM_SpscThroughput<false>)->Name("baseline/spsc_queue_throughput")->UseRealTime()->MinTime(kMinTime);
+BENCHMARK(BM_SpscThroughput<true>)->Name("baseline/spsc_queue_throughput_fenced")->UseRealTime()->MinTime(kMinTime);
+
+// Request/reply over two spsc_queues: a round trip built from the same parts.
+void BM_SpscRoundTrip(benchmark::State& state) {
+  auto req = std::make_unique<Spsc>();
+  auto rep = std::make_unique<Spsc>();
+  std::atomic<bool> stop{false};
+  std::thread server = server_thread([&] {
+    uint64_t v;
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (req->pop(v)) {
+        while (!rep->push(v + 1)) _mm_pause();
+      } else {
+        _mm_pause();
+      }
+    }
+  });
+  uint64_t v = 0;
+  for (auto _ : state) {
+    while (!req->push(v)) _mm_pause();
+    while (!rep->pop(v)) _mm_pause();
+  }
+  stop.store(true);
+  server.join();
+}
+BENCHMARK(BM_SpscRoundTrip)->Name("baseline/spsc_queue_roundtrip")->UseRealTime()->MinTime(kMinTime);
+
+// ---- paired A/B ------------------------------------------------------------
+//
+// On this shared VM the floor itself moves (the ping-pong ranged from ~35 to
+// ~440 ns between runs, with the host's placement of the vCPUs and other load),
+// so the target ratios are also measured in short alternating phases inside
+// one benchmark: both sides see the same conditions. Each phase first lets the
+// other side's worker fall asleep (idle_sleep), so only one server spins.
+
+double ns_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Lets every idle worker pass its 200 us spin and sleep, then wakes `env`'s.
+void settle(Env* env) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (env && !ok(env->client().null_call())) die("null_call failed");
+}
+
+// Sync null call vs the ping-pong floor, 2000 round trips per phase.
+void BM_PairedSyncVsPingPong(benchmark::State& state) {
+  constexpr int kN = 2000;
+  Env env(Config{.idle_sleep = true}, 1);
+  double sync_ns = 0, pp_ns = 0;
+  for (auto _ : state) {
+    settle(&env);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kN; ++i)
+      if (!ok(env.client().null_call())) die("null_call failed");
+    const double a = ns_since(t0);
+    settle(nullptr);
+    double b;
+    {
+      PingPong pp;
+      pp.round_trip();  // the responder thread is running
+      t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kN; ++i) pp.round_trip();
+      b = ns_since(t0);
+    }
+    state.SetIterationTime((a + b) * 1e-9);
+    sync_ns += a;
+    pp_ns += b;
+  }
+  const double n = double(state.iterations()) * kN;
+  state.counters["sync_rt_ns"] = sync_ns / n;
+  state.counters["pingpong_rt_ns"] = pp_ns / n;
+  state.counters["sync_over_pingpong"] = sync_ns / pp_ns;
+}
+BENCHMARK(BM_PairedSyncVsPingPong)->Name("paired/sync_vs_pingpong")->UseManualTime()->MinTime(kMinTime);
+
+// One phase of 16384 launches (16-byte args) and the synchronize that ends it, in ns.
+double launch_phase(Env& env, bool mixed) {
+  constexpr int kN = 16384;
+  ordo::Client& c = env.client();
+  const ordo::Stream own = env.stream(0);
+  const Args16 args{1, 2};
+  settle(&env);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kN; ++i)
+    if (!ok(c.launch(env.kernel(), {1}, {1}, &args, sizeof args, mixed && (i & 7) == 7 ? ordo::kLegacyStream : own)))
+      die("launch failed");
+  if (!ok(c.stream_synchronize(own)) || (mixed && !ok(c.stream_synchronize(ordo::kLegacyStream))))
+    die("stream_synchronize failed");
+  return ns_since(t0) / kN;
+}
+
+// Ordering on (both sides) vs off (both sides), one thread, alternating ABBA.
+// `control`: both sides ordered (an A/A run), which shows what two otherwise
+// identical setups differ by, i.e. the resolution of the on/off ratio.
+template <bool mixed, bool control = false>
+void BM_PairedOrdering(benchmark::State& state) {
+  Env on(Config{.blocking = mixed, .idle_sleep = true}, 1);
+  Env off(Config{.guest_edges = control, .worker_edges = control, .blocking = mixed, .idle_sleep = true}, 1);
+  double on_ns = 0, off_ns = 0;
+  bool flip = false;
+  for (auto _ : state) {
+    double a, b;
+    if ((flip = !flip)) {
+      a = launch_phase(on, mixed);
+      b = launch_phase(off, mixed);
+    } else {
+      b = launch_phase(off, mixed);
+      a = launch_phase(on, mixed);
+    }
+    state.SetIterationTime((a + b) * 16384 * 1e-9);
+    on_ns += a;
+    off_ns += b;
+  }
+  const double n = double(state.iterations());
+  state.counters["on_Mitems_s"] = 1e3 * n / on_ns;
+  state.counters["off_Mitems_s"] = 1e3 * n / off_ns;
+  state.counters["on_over_off"] = off_ns / on_ns;  // throughput ratio
+}
+BENCHMARK(BM_PairedOrdering<false>)->Name("paired/ordering/independent")->UseManualTime()->MinTime(kMinTime);
+BENCHMARK(BM_PairedOrdering<true>)->Name("paired/ordering/mixed_legacy")->UseManualTime()->MinTime(kMinTime);
+BENCHMARK(BM_PairedOrdering<false, true>)->Name("paired/ordering/independent_control_on_vs_on")
+    ->UseManualTime()->MinTime(kMinTime);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* no_pin = std::getenv("ORDO_BENCH_NO_PIN");
+  g_pin = std::thread::hardware_concurrency() >= 2 && !(no_pin && *no_pin == '1');
+  pin(kGuestCpu);  // benchmark threads are started from this one and inherit it
+  benchmark::AddCustomContext("pinned", g_pin ? "guest threads cpu 0, worker/servers cpu 1" : "no");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

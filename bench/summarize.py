@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Markdown tables and target ratios from bench_ordo JSON runs.
+
+  build/bench/bench_ordo --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true \\
+      --benchmark_out=run1.json --benchmark_out_format=json
+  bench/summarize.py run1.json [run2.json ...]
+
+One column per run, so the spread between runs is visible next to the numbers.
+With repetitions a cell is "best (median)": best is the fastest repetition, the
+one least disturbed by other load on a shared machine. Paired benchmarks report
+their own ratios per repetition; those cells are "median [min-max]".
+"""
+import json
+import re
+import statistics
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        d = json.load(f)
+    reps = {}
+    for b in d["benchmarks"]:
+        if b.get("run_type") == "aggregate" or b.get("error_occurred"):
+            continue
+        name = re.sub(r"/(min_time:[0-9.]+|real_time|manual_time)", "", b["name"])
+        reps.setdefault(name, []).append(b)
+    # Registration order, also when --benchmark_enable_random_interleaving shuffled the runs.
+    order = sorted(reps, key=lambda n: (reps[n][0]["family_index"], reps[n][0]["per_family_instance_index"]))
+    return d["context"], {n: reps[n] for n in order}
+
+
+def value(b):
+    """(number, unit) that the table shows for one benchmark."""
+    if "ns_per_call" in b:
+        return b["ns_per_call"], "ns/call"
+    if "items_per_second" in b:
+        return b["items_per_second"] / 1e6, "M items/s"
+    scale = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[b["time_unit"]]
+    return b["real_time"] * scale, "ns/pass" if "idle_pass" in b["name"] else "ns/round trip"
+
+
+def fmt(x):
+    return f"{x:,.2f}" if x < 10 else f"{x:,.0f}"
+
+
+def best_median(reps):
+    vals = sorted(value(b)[0] for b in reps)
+    best = vals[-1] if value(reps[0])[1].endswith("/s") else vals[0]
+    return best, vals[len(vals) // 2]
+
+
+def cell(reps):
+    best, median = best_median(reps)
+    return fmt(best) if len(reps) == 1 else f"{fmt(best)} ({fmt(median)})"
+
+
+def spread(vals):
+    if not vals:
+        return "-"
+    m = statistics.median(vals)
+    return fmt(m) if len(vals) == 1 else f"{fmt(m)} [{fmt(min(vals))}-{fmt(max(vals))}]"
+
+
+def counter(rows, name, key):
+    return [b[key] for b in rows.get(name, []) if key in b]
+
+
+def ratio(rows, num, den):
+    a, b = rows.get(num), rows.get(den)
+    if not a or not b:
+        return "-"
+    return f"{best_median(a)[0] / best_median(b)[0]:.2f}"
+
+
+PAIRED = [
+    ("paired/sync_vs_pingpong", [("sync RT ns", "sync_rt_ns"), ("ping-pong RT ns", "pingpong_rt_ns"),
+                                 ("sync / ping-pong", "sync_over_pingpong")]),
+    ("paired/ordering/independent", [("on M/s", "on_Mitems_s"), ("off M/s", "off_Mitems_s"),
+                                     ("on / off", "on_over_off")]),
+    ("paired/ordering/mixed_legacy", [("on M/s", "on_Mitems_s"), ("off M/s", "off_Mitems_s"),
+                                      ("on / off", "on_over_off")]),
+    ("paired/ordering/independent_control_on_vs_on", [("on / on (control)", "on_over_off")]),
+]
+
+
+def main(paths):
+    runs = [load(p) for p in paths]
+    cols = " | ".join(f"run {i + 1}" for i in range(len(runs)))
+    print(f"| benchmark | unit | {cols} |")
+    print("|---|---|" + "---|" * len(runs))
+    for name, b in runs[0][1].items():
+        if name.startswith("paired/"):
+            continue
+        cells = [cell(r[name]) if name in r else "-" for _, r in runs]
+        print(f"| `{name}` | {value(b[0])[1]} | " + " | ".join(cells) + " |")
+    print()
+    print(f"| paired benchmark | counter | {cols} |")
+    print("|---|---|" + "---|" * len(runs))
+    for name, keys in PAIRED:
+        for label, key in keys:
+            print(f"| `{name}` | {label} | " + " | ".join(spread(counter(r, name, key)) for _, r in runs) + " |")
+    print()
+    checks = [
+        ("sync RT / ping-pong RT, separate benchmarks (target <= 2)",
+         "ordo/sync_null_call", "baseline/cacheline_pingpong"),
+        ("unix socket RT / sync RT (target >= 10)", "baseline/unix_socket_roundtrip", "ordo/sync_null_call"),
+        ("spsc_queue RT / ping-pong RT", "baseline/spsc_queue_roundtrip", "baseline/cacheline_pingpong"),
+    ]
+    for group in ("independent", "mixed_legacy"):
+        for t in (1, 2):
+            checks.append((f"{group}, {t} thread(s): edges_on / edges_off items/s",
+                           f"ordo/ordering/{group}/edges_on/threads:{t}",
+                           f"ordo/ordering/{group}/edges_off/threads:{t}"))
+    print(f"| ratio (best of each) | {cols} |")
+    print("|---|" + "---|" * len(runs))
+    for label, num, den in checks:
+        print(f"| {label} | " + " | ".join(ratio(rows, num, den) for _, rows in runs) + " |")
+    print()
+    for i, (ctx, _) in enumerate(runs):
+        print(f"run {i + 1}: {ctx.get('date')}, {ctx.get('num_cpus')} CPUs, pinned: {ctx.get('pinned', '?')}, "
+              f"load average {', '.join(f'{x:.2f}' for x in ctx.get('load_avg', []))}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1:])
