@@ -65,6 +65,11 @@ Buffers make_buffers(Client& c, Problems& p) {
   return b;
 }
 
+void free_buffers(Client& c, const Buffers& b, Problems& p) {
+  CHECK_OK(c.free(b.x));
+  CHECK_OK(c.free(b.out));
+}
+
 // Resets X to the old data and OUT to zero, everything idle afterwards.
 void reset(Client& c, const Buffers& b, Problems& p) {
   CHECK_OK(c.memcpy_h2d(b.x, b.old_x.data(), kBytes));
@@ -112,6 +117,10 @@ int seed_violations(Client& cl, int iterations, Problems& p) {
         });
     violations += !kernel_saw_old_x(*c, b, p);
   }
+  CHECK_OK(c->stream_destroy(s));
+  CHECK_OK(c->stream_destroy(s2));
+  CHECK_OK(c->event_destroy(e));
+  free_buffers(*c, b, p);
   return violations;
 }
 
@@ -135,6 +144,8 @@ int legacy_violations(Client& cl, int iterations, bool legacy_first, Problems& p
         [&] { CHECK_OK(c->memcpy_h2d_async(b.x, b.new_x.data(), kBytes, second)); });
     violations += !kernel_saw_old_x(*c, b, p);
   }
+  CHECK_OK(c->stream_destroy(s));
+  free_buffers(*c, b, p);
   return violations;
 }
 
@@ -163,6 +174,11 @@ int rerecord_violations(Client& cl, int iterations, Problems& p) {
     CHECK_OK(c->memcpy_h2d_async(b.x, b.new_x.data(), kBytes, s2));
     violations += !kernel_saw_old_x(*c, b, p);
   }
+  CHECK_OK(c->stream_destroy(s));
+  CHECK_OK(c->stream_destroy(s2));
+  CHECK_OK(c->stream_destroy(s3));
+  CHECK_OK(c->event_destroy(e));
+  free_buffers(*c, b, p);
   return violations;
 }
 
@@ -318,6 +334,9 @@ ModelResult run_model(Client& cl, uint64_t seed, Problems& p, const ModelProgram
             if (hb(wt, *b)) must_precede(*a, *b, "C4 device sync");
     }
   }
+  for (size_t i = 1; i < streams.size(); ++i) CHECK_OK(c->stream_destroy(streams[i]));
+  for (auto& e : events) CHECK_OK(c->event_destroy(e));
+  CHECK_OK(c->free(dstamps));
   return res;
 }
 

@@ -33,15 +33,14 @@ cp "$src/init" "$tmp/root/init" && chmod +x "$tmp/root/init"
 cp "$guest" "$tmp/root/ordo-vm-guest"
 (cd "$tmp/root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 > "$tmp/initrd.gz")
 
-start_worker() {  # NAME -> region path; worker log in $tmp/NAME.worker.log
+start_worker() {  # NAME: sets region_NAME and worker_NAME; log in $tmp/NAME.worker.log
   local region=/dev/shm/ordo-vm-$$-$1
   "$worker" --region "$region" --size 16M --stats --guest-timeout 2000 --ready-file "$tmp/$1.ready" \
-    2> "$tmp/$1.worker.log" &
+    > /dev/null 2> "$tmp/$1.worker.log" &
   pids+=($!)
-  eval "worker_$1=$!"
+  eval "worker_$1=$! region_$1=$region"
   for _ in $(seq 200); do [ -e "$tmp/$1.ready" ] && break; sleep 0.05; done
   [ -e "$tmp/$1.ready" ] || { echo "FAIL: worker $1 did not start"; cat "$tmp/$1.worker.log"; exit 1; }
-  echo "$region"
 }
 
 boot() {  # NAME REGION ARGS -> serial log in $tmp/NAME.vm.log
@@ -52,8 +51,8 @@ boot() {  # NAME REGION ARGS -> serial log in $tmp/NAME.vm.log
     -device ivshmem-plain,memdev=shm0 </dev/null > "$tmp/$1.vm.log" 2>&1
 }
 
-region_a=$(start_worker a)
-region_b=$(start_worker b)
+start_worker a
+start_worker b
 t0=$(date +%s)
 boot a "$region_a" "" &
 vm_a=$!
