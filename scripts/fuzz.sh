@@ -17,9 +17,21 @@ mkdir -p build-fuzz
   src/worker/worker.cc src/worker/validate.cc src/worker/trace.cc src/worker/doorbell_waiter.cc \
   src/transport/layout.cc src/transport/region.cc src/transport/status.cc src/transport/doorbell.cc \
   -luring -pthread -o build-fuzz/fuzz_worker
-mkdir -p build-fuzz/new
+rm -rf build-fuzz/new && mkdir -p build-fuzz/new
+set +e
 build-fuzz/fuzz_worker -max_total_time="$secs" -max_len=4096 -timeout=10 -rss_limit_mb=4096 \
-  -print_final_stats=1 build-fuzz/new tests/fuzz/corpus 2>&1 | tail -n 25
-# Keep the committed corpus small: only inputs that add coverage.
-build-fuzz/fuzz_worker -merge=1 -max_len=4096 tests/fuzz/corpus build-fuzz/new >/dev/null 2>&1 || true
+  -print_final_stats=1 build-fuzz/new tests/fuzz/corpus > build-fuzz/fuzz.log 2>&1
+rc=$?
+set -e
+grep -E '^(Done|stat::number_of_executed_units|stat::new_units_added)|ERROR|SUMMARY|crash-' build-fuzz/fuzz.log || true
+if [ "$rc" -ne 0 ]; then
+  echo "fuzz.sh: the fuzzer found a problem (exit $rc); the input is saved as build-fuzz/crash-* or ./crash-*:" >&2
+  tail -n 60 build-fuzz/fuzz.log >&2
+  exit 1
+fi
+# Keep the committed corpus small: only inputs that add coverage (not in CI,
+# where the clone is thrown away).
+if [ -z "${CI:-}" ]; then
+  build-fuzz/fuzz_worker -merge=1 -max_len=4096 tests/fuzz/corpus build-fuzz/new >/dev/null 2>&1 || true
+fi
 echo "fuzz.sh: corpus has $(ls tests/fuzz/corpus | wc -l) inputs"
