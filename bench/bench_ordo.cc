@@ -24,6 +24,7 @@
 
 #include "ordo/backend.h"
 #include "ordo/client.h"
+#include "ordo/null_backend.h"
 #include "ordo/layout.h"
 #include "ordo/region.h"
 #include "ordo/worker.h"
@@ -67,43 +68,7 @@ std::thread server_thread(F fn) {
   });
 }
 
-// Does nothing, at once: isolates ordo's own cost. Fences and event waits run
-// their callback inline, so ring.completed advances as soon as a fence is dispatched.
-class NullBackend final : public ordo::Backend {
- public:
-  std::string_view name() const override { return "null"; }
-  Status stream_create(uint32_t, bool, int) override { return Status::kSuccess; }
-  Status stream_destroy(uint32_t) override { return Status::kSuccess; }
-  Status launch(uint32_t, const ordo::LaunchParams&, const ordo::OpTag&) override { return Status::kSuccess; }
-  Status memcpy(uint32_t, ordo::MemOperand, ordo::MemOperand, uint64_t, const ordo::OpTag&) override {
-    return Status::kSuccess;
-  }
-  Status memset(uint32_t, uint64_t, uint8_t, uint64_t, const ordo::OpTag&) override { return Status::kSuccess; }
-  Status event_create(uint32_t, uint32_t) override { return Status::kSuccess; }
-  Status event_destroy(uint32_t) override { return Status::kSuccess; }
-  Status event_record(uint32_t, uint32_t) override { return Status::kSuccess; }
-  Status stream_wait_event(uint32_t, uint32_t) override { return Status::kSuccess; }
-  Status event_query(uint32_t) override { return Status::kSuccess; }
-  Status event_elapsed(uint32_t, uint32_t, float* ms) override {
-    *ms = 0;
-    return Status::kSuccess;
-  }
-  void event_notify(uint32_t, std::function<void()> fn) override { fn(); }
-  void host_callback(uint32_t, std::function<void()> fn) override { fn(); }
-  Status malloc(uint64_t size, uint64_t* addr) override {
-    *addr = next_;
-    next_ += (size + 0xfff) & ~uint64_t{0xfff};
-    return Status::kSuccess;
-  }
-  Status free(uint64_t) override { return Status::kSuccess; }
-  Status kernel_lookup(std::string_view, uint32_t* kernel) override {
-    *kernel = 0;
-    return Status::kSuccess;
-  }
-
- private:
-  uint64_t next_ = 0x7000'0000'0000;
-};
+using ordo::NullBackend;
 
 struct Config {
   bool sim = false;           // the sim backend instead of NullBackend

@@ -30,7 +30,7 @@ void usage(FILE* f) {
                "                   [--guest-timeout MS] [--unordered] [--chaos SEED] [--quiet]\n"
                "  --region PATH   the shared region: a /dev/shm file (created, or reset, here)\n"
                "  --size N        region size, a power of two (default 64M; K/M/G suffixes)\n"
-               "  --backend B     sim (CPU simulator, default) or cuda\n"
+               "  --backend B     sim (CPU simulator, default), null (runs nothing: transport cost) or cuda\n"
                "  --stats         print counters at exit (and on SIGUSR1) as a table and a JSON line\n"
                "  --trace FILE    write a Chrome/Perfetto trace of every dispatch at exit (ui.perfetto.dev)\n"
                "  --ready-file F  write F once the region is ready (for scripts)\n"

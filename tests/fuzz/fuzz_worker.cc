@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "ordo/backend.h"
+#include "ordo/null_backend.h"
 #include "ordo/region.h"
 #include "ordo/worker.h"
 
@@ -23,12 +23,10 @@ namespace {
 
 using namespace ordo;
 
-class CheckingBackend final : public Backend {
+class CheckingBackend final : public NullBackend {
  public:
   explicit CheckingBackend(const Region& r) : lo_(reinterpret_cast<uintptr_t>(r.base())), hi_(lo_ + r.size()) {}
   std::string_view name() const override { return "checking"; }
-  Status stream_create(uint32_t, bool, int) override { return Status::kSuccess; }
-  Status stream_destroy(uint32_t) override { return Status::kSuccess; }
   Status launch(uint32_t, const LaunchParams& p, const OpTag&) override {
     host(reinterpret_cast<uintptr_t>(p.args), p.args_size);
     return Status::kSuccess;
@@ -42,23 +40,10 @@ class CheckingBackend final : public Backend {
     device(dst, size);
     return Status::kSuccess;
   }
-  Status event_create(uint32_t, uint32_t) override { return Status::kSuccess; }
-  Status event_destroy(uint32_t) override { return Status::kSuccess; }
-  Status event_record(uint32_t, uint32_t) override { return Status::kSuccess; }
-  Status stream_wait_event(uint32_t, uint32_t) override { return Status::kSuccess; }
-  Status event_query(uint32_t) override { return Status::kSuccess; }
-  Status event_elapsed(uint32_t, uint32_t, float* ms) override {
-    *ms = 0;
-    return Status::kSuccess;
-  }
-  void event_notify(uint32_t, std::function<void()> fn) override { fn(); }
-  void host_callback(uint32_t, std::function<void()> fn) override { fn(); }
   Status malloc(uint64_t size, uint64_t* addr) override {
-    if (size == 0 || size > (1ull << 40)) return Status::kInvalidValue;
-    *addr = next_;
-    allocs_[next_] = size;
-    next_ += (size + 0xfff) & ~0xfffull;
-    return Status::kSuccess;
+    const Status s = NullBackend::malloc(size, addr);
+    if (ok(s)) allocs_[*addr] = size;
+    return s;
   }
   Status free(uint64_t addr) override {
     if (!allocs_.erase(addr)) __builtin_trap();  // the worker must only free what it allocated
@@ -81,7 +66,6 @@ class CheckingBackend final : public Backend {
   }
   void operand(MemOperand m, uint64_t n) { m.device ? device(m.addr, n) : host(m.addr, n); }
   uintptr_t lo_, hi_;
-  uint64_t next_ = 0x100000000000ull;
   std::map<uint64_t, uint64_t> allocs_;
 };
 

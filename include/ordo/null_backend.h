@@ -1,0 +1,46 @@
+// A backend that does nothing, at once: isolates ordo's own cost (benchmarks,
+// `ordo-worker --backend null`) and is the base of the fuzzer's checking
+// backend. Fences and event waits run their callback inline, so ring.completed
+// advances as soon as a fence is dispatched.
+#pragma once
+
+#include "ordo/backend.h"
+
+namespace ordo {
+
+class NullBackend : public Backend {
+ public:
+  std::string_view name() const override { return "null"; }
+  Status stream_create(uint32_t, bool, int) override { return Status::kSuccess; }
+  Status stream_destroy(uint32_t) override { return Status::kSuccess; }
+  Status launch(uint32_t, const LaunchParams&, const OpTag&) override { return Status::kSuccess; }
+  Status memcpy(uint32_t, MemOperand, MemOperand, uint64_t, const OpTag&) override { return Status::kSuccess; }
+  Status memset(uint32_t, uint64_t, uint8_t, uint64_t, const OpTag&) override { return Status::kSuccess; }
+  Status event_create(uint32_t, uint32_t) override { return Status::kSuccess; }
+  Status event_destroy(uint32_t) override { return Status::kSuccess; }
+  Status event_record(uint32_t, uint32_t) override { return Status::kSuccess; }
+  Status stream_wait_event(uint32_t, uint32_t) override { return Status::kSuccess; }
+  Status event_query(uint32_t) override { return Status::kSuccess; }
+  Status event_elapsed(uint32_t, uint32_t, float* ms) override {
+    *ms = 0;
+    return Status::kSuccess;
+  }
+  void event_notify(uint32_t, std::function<void()> fn) override { fn(); }
+  void host_callback(uint32_t, std::function<void()> fn) override { fn(); }
+  Status malloc(uint64_t size, uint64_t* addr) override {
+    if (size == 0 || size > (1ull << 40)) return Status::kInvalidValue;
+    *addr = next_;
+    next_ += (size + 0xfff) & ~uint64_t{0xfff};
+    return Status::kSuccess;
+  }
+  Status free(uint64_t) override { return Status::kSuccess; }
+  Status kernel_lookup(std::string_view, uint32_t* kernel) override {
+    *kernel = 0;
+    return Status::kSuccess;
+  }
+
+ private:
+  uint64_t next_ = 0x7000'0000'0000;
+};
+
+}  // namespace ordo
