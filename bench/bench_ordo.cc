@@ -77,6 +77,7 @@ struct Config {
   bool shared = false;        // all threads on one stream instead of one each
   bool blocking = false;      // blocking streams (they order against the legacy stream)
   bool idle_sleep = false;    // the worker's default idle policy: sleep after 200 us without work
+  bool trace = false;         // WorkerOptions::trace (ordo-worker --trace)
 };
 
 // A worker thread on a fresh region, one client, and the streams the threads use.
@@ -104,6 +105,7 @@ class Env {
     }
     ordo::WorkerOptions wo;
     wo.ordered = c.worker_edges;
+    wo.trace = c.trace;
     // Never sleep between calls while measuring, unless the benchmark alternates
     // between workers and wants the idle one off the CPU.
     if (!c.idle_sleep) wo.spin = std::chrono::milliseconds(50);
@@ -283,6 +285,7 @@ constexpr Config kMixed{.blocking = true};
 constexpr Config kMixedNoGuestEdges{.guest_edges = false, .blocking = true};
 constexpr Config kMixedNoEdges{.guest_edges = false, .worker_edges = false, .blocking = true};
 constexpr Config kSim{.sim = true};
+constexpr Config kTraced{.trace = true};
 
 #define ORDO_LAUNCH(mixed, name, config, lo, hi)                                          \
   BENCHMARK(BM_Launch<mixed>)->Name(name)->Setup(setup<config>)->Teardown(teardown)   \
@@ -293,6 +296,9 @@ ORDO_LAUNCH(false, "ordo/throughput/shared_stream", kShared, 1, 8);
 // Ordering overhead: the same load with ordering on (the default), with the
 // guest building no edges (the worker still honours any it gets), and off on
 // both sides. paired/ordering/* below measures the on/off ratio more robustly.
+// Tracing overhead (ordo-worker --trace): every dispatch recorded.
+ORDO_LAUNCH(false, "ordo/tracing/independent/trace_off", kIndependent, 1, 2);
+ORDO_LAUNCH(false, "ordo/tracing/independent/trace_on", kTraced, 1, 2);
 ORDO_LAUNCH(false, "ordo/ordering/independent/edges_on", kIndependent, 1, 2);
 ORDO_LAUNCH(false, "ordo/ordering/independent/guest_edges_off", kNoGuestEdges, 1, 2);
 ORDO_LAUNCH(false, "ordo/ordering/independent/edges_off", kNoEdges, 1, 2);

@@ -5,9 +5,12 @@
 // Recording is two clock reads and one append; the JSON is written at exit.
 #pragma once
 
+#include <x86intrin.h>
+
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <string>
-#include <vector>
 
 #include "ordo/layout.h"
 
@@ -15,9 +18,14 @@ namespace ordo {
 
 class Tracer {
  public:
-  explicit Tracer(size_t max_events = 4'000'000) : max_(max_events) { events_.reserve(1 << 16); }
+  explicit Tracer(size_t max_events = 4'000'000)
+      : max_(max_events), tsc0_(__rdtsc()), ns0_(std::chrono::steady_clock::now()) {}
 
-  // `track`: a ring index, or kMaxRings + slot for sync calls.
+  // Timestamps are raw TSC ticks, converted when the trace is written: a clock
+  // read can be a system call in a VM, the TSC never is.
+  static uint64_t stamp() { return __rdtsc(); }
+
+  // `track`: a ring index, or kMaxRings + slot for sync calls; times from stamp().
   void record(uint32_t track, uint64_t pos, const Entry& e, uint64_t staged_ns, uint64_t done_ns) {
     if (events_.size() >= max_) {
       ++dropped_;
@@ -25,7 +33,7 @@ class Tracer {
     }
     Event ev{track, e.op, e.thread, e.edge_count, pos, staged_ns, done_ns, {}};
     for (unsigned i = 0; i < e.edge_count && i < kMaxEdges; ++i) ev.edges[i] = e.edges[i];
-    events_.push_back(ev);
+    events_.push_back(ev);  // a deque: growing never copies what is recorded
   }
 
   size_t size() const { return events_.size(); }
@@ -41,8 +49,10 @@ class Tracer {
     uint64_t pos, staged_ns, done_ns;
     Edge edges[kMaxEdges];
   };
-  std::vector<Event> events_;
+  std::deque<Event> events_;
   size_t max_;
+  uint64_t tsc0_;
+  std::chrono::steady_clock::time_point ns0_;
   size_t dropped_ = 0;
 };
 

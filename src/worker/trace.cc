@@ -1,8 +1,10 @@
 #include "ordo/trace.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <unordered_map>
+#include <vector>
 
 #include "ordo/ops.h"
 
@@ -19,8 +21,12 @@ bool Tracer::write(const std::string& path, std::string* error) const {
     if (error) *error = "cannot write trace " + path;
     return false;
   }
+  const double ns = double(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now() - ns0_).count());
+  const double ns_per_tick = ns / double(std::max<uint64_t>(1, stamp() - tsc0_));
   const uint64_t t0 = events_.empty() ? 0 : events_.front().staged_ns;
-  auto us = [t0](uint64_t ns) { return double(ns - t0) / 1000.0; };
+  auto us = [t0, ns_per_tick](uint64_t tick) { return double(tick - t0) * ns_per_tick / 1000.0; };
+  auto dur_us = [ns_per_tick](uint64_t ticks) { return double(ticks) * ns_per_tick / 1000.0; };
   // Where each ring entry was dispatched, to draw the edges that pointed at it.
   std::unordered_map<uint64_t, size_t> at;
   at.reserve(events_.size());
@@ -53,8 +59,8 @@ bool Tracer::write(const std::string& path, std::string* error) const {
                  "{\"name\":\"%.*s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
                  "\"args\":{\"pos\":%" PRIu64 ",\"guest_thread\":%u,\"edge_wait_us\":%.3f,\"edges\":%u}}",
                  name_len, name, e.track < kMaxRings ? "ring" : "sync", e.track, us(e.staged_ns),
-                 double(e.done_ns - e.staged_ns) / 1000.0 + 0.001, e.pos, e.thread,
-                 double(e.done_ns - e.staged_ns) / 1000.0, e.edge_count);
+                 dur_us(e.done_ns - e.staged_ns) + 0.001, e.pos, e.thread, dur_us(e.done_ns - e.staged_ns),
+                 e.edge_count);
     for (unsigned i = 0; i < e.edge_count; ++i) {
       // An edge (ring, pos) points at entry pos-1 of that ring.
       if (e.edges[i].pos == 0) continue;

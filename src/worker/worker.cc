@@ -175,7 +175,7 @@ bool Worker::poll_ring(uint32_t r) {
       }
       rs.staged = true;
       rs.waited = false;
-      if (tracer_) rs.staged_ns = now_ns();
+      if (tracer_) rs.staged_ns = Tracer::stamp();
     }
     if (!edges_ready(rs.entry)) {
       if (!rs.waited) {
@@ -198,7 +198,7 @@ bool Worker::poll_ring(uint32_t r) {
     if (chaos_hold(rs.chaos_armed, rs.chaos_until_ns)) break;
     const Status s = dispatch(r, rs.entry, rs.head);
     if (!ok(s)) async_error({r, rs.entry.thread, rs.head, rs.entry.op}, s);
-    if (tracer_) tracer_->record(r, rs.head, rs.entry, rs.staged_ns, now_ns());
+    if (tracer_) tracer_->record(r, rs.head, rs.entry, rs.staged_ns, Tracer::stamp());
     rs.staged = false;
     ++rs.head;
     progressed = true;
@@ -328,7 +328,7 @@ bool Worker::try_slot(uint32_t s) {
     }
     ss.staged = true;
     ss.waited = false;
-    if (tracer_) ss.staged_ns = now_ns();
+    if (tracer_) ss.staged_ns = Tracer::stamp();
   }
   if (!edges_ready(ss.entry)) {
     if (!ss.waited) {
@@ -339,7 +339,7 @@ bool Worker::try_slot(uint32_t s) {
   }
   ss.staged = false;
   serve_slot(s, ss.entry, ss.seq);
-  if (tracer_) tracer_->record(kMaxRings + s, ss.seq, ss.entry, ss.staged_ns, now_ns());
+  if (tracer_) tracer_->record(kMaxRings + s, ss.seq, ss.entry, ss.staged_ns, Tracer::stamp());
   return true;
 }
 
