@@ -136,7 +136,7 @@ class Worker {
   uint64_t beat_seen_ = 0, beat_changed_ns_ = 0;
   std::mt19937_64 chaos_rng_;
   std::atomic<bool> stop_{false};
-  mutable std::mutex error_mu_;  // async errors come from backend threads too
+  mutable std::mutex error_mu_;  // slot writes (errors, replies) come from backend threads too
   // Written by the dispatch thread (errors also by backend threads), read by stats().
   struct Counters {
     std::array<std::atomic<uint64_t>, kOpCount> ops{};

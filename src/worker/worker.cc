@@ -301,6 +301,9 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
 }
 
 void Worker::reply(uint32_t s, uint64_t seq, Status st, uint64_t r0, uint64_t r1) {
+  // Backend threads answer EventSynchronize; the dispatch thread answers the
+  // rest. A guest that posts without waiting could make both write one slot.
+  std::lock_guard lock(error_mu_);
   ReplySlot& slot = region_.slot(s);
   slot.status = int32_t(st);
   slot.result[0] = r0;
