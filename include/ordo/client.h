@@ -133,7 +133,7 @@ class Client {
 
   std::unique_ptr<Region> region_;
   const ClientOptions opt_;
-  DoorbellRinger bell_;
+  WorkerBell bell_;
   uint64_t session_;
   std::vector<std::unique_ptr<Ring>> rings_;
   std::mutex rings_mu_;  // ring allocation only

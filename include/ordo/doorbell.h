@@ -11,6 +11,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ordo {
 
@@ -26,17 +27,25 @@ class DoorbellWaiter {
   DoorbellWaiter(const DoorbellWaiter&) = delete;
   DoorbellWaiter& operator=(const DoorbellWaiter&) = delete;
 
-  // Sleeps until the doorbell rings or `timeout` passes; true when it rang.
+  // Also wakes on `eventfd` (an ivshmem-server vector of ours); the caller owns it.
+  void add_eventfd(int eventfd);
+  // Sleeps until a doorbell rings or `timeout` passes; true when one rang.
   bool wait(std::chrono::microseconds timeout);
   const std::string& path() const { return path_; }
 
  private:
+  struct Source {
+    int fd;
+    bool socket;  // a datagram socket (received, then drained) or an eventfd (polled, then read once)
+    bool armed = false;
+    alignas(8) char buf[64] = {};
+  };
   DoorbellWaiter() = default;
+  bool arm(size_t i);
   io_uring ring_{};
   int fd_ = -1;
-  bool armed_ = false;
   bool ring_ready_ = false;
-  char buf_[64];
+  std::vector<Source> sources_;
   std::string path_;
 };
 
@@ -52,6 +61,26 @@ class DoorbellRinger {
  private:
   int fd_ = -1;
   std::string path_;
+};
+
+class IvshmemBell;
+struct RegionHeader;
+
+// Guest side: wakes the worker serving a region, through BAR0's Doorbell
+// register when the guest is in an ivshmem-doorbell VM and the worker joined its
+// ivshmem-server, else through the socket next to the region (host guests).
+class WorkerBell {
+ public:
+  WorkerBell(const std::string& region_path, const RegionHeader* header);
+  ~WorkerBell();
+  WorkerBell(const WorkerBell&) = delete;
+  WorkerBell& operator=(const WorkerBell&) = delete;
+  void ring() const;
+
+ private:
+  const RegionHeader* header_;
+  DoorbellRinger socket_;
+  std::unique_ptr<IvshmemBell> vm_;
 };
 
 }  // namespace ordo

@@ -19,7 +19,7 @@ namespace ordo {
 
 inline constexpr size_t kCacheLine = 64;
 inline constexpr uint64_t kMagic = 0x314745524f44524fULL;  // "ORDOREG1"
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr uint32_t kMaxRings = 256;
 inline constexpr uint32_t kMaxSlots = 256;
 inline constexpr uint32_t kMaxEdges = 4;
@@ -122,6 +122,7 @@ struct RegionHeader {
   std::atomic<uint32_t> worker_sleeping;                   // 1: ring the doorbell after publishing
   std::atomic<uint32_t> worker_state;                      // WorkerState
   std::atomic<uint64_t> attached_session;                  // the guest session being served; 0: none
+  std::atomic<uint32_t> ivshmem_peer;                      // ivshmem-server peer id + 1 to ring in a VM; 0: none
   // Guest-written.
   alignas(kCacheLine) std::atomic<uint64_t> slot_doorbell;  // bumped after posting a slot request
   std::atomic<uint64_t> guest_session;                      // the attached guest's random id; 0 on detach

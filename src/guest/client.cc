@@ -92,7 +92,7 @@ thread_local std::unordered_map<uint64_t, std::unique_ptr<void, void (*)(void*)>
 Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t session)
     : region_(std::move(region)),
       opt_(options),
-      bell_(doorbell_path(region_->path())),
+      bell_(region_->path(), region_->header()),
       session_(region_->header()->session),
       slots_(std::make_shared<SlotPool>()),
       events_(new std::atomic<EventState*>[65536]),
@@ -166,7 +166,7 @@ std::unique_ptr<Client> Client::attach(const std::string& spec, std::string* err
   std::random_device rd;
   uint64_t session = (uint64_t{rd()} << 32 | rd()) | 1;
   h->guest_session.store(session, std::memory_order_release);
-  DoorbellRinger bell(doorbell_path(path));
+  WorkerBell bell(path, h);
   const uint64_t deadline = steady_ms() + uint64_t(options.attach_timeout.count());
   while (h->attached_session.load(std::memory_order_acquire) != session) {
     if (steady_ms() > deadline) {

@@ -6,6 +6,9 @@
 
 #include <cstring>
 
+#include "ordo/ivshmem.h"
+#include "ordo/layout.h"
+
 namespace ordo {
 
 bool doorbell_address(const std::string& path, sockaddr_un* a) {
@@ -33,6 +36,25 @@ void DoorbellRinger::ring() const {
   // ECONNREFUSED (no worker) or EAGAIN (it has unread rings, so it is awake): fine.
   [[maybe_unused]] ssize_t n =
       ::sendto(fd_, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+}
+
+WorkerBell::WorkerBell(const std::string& region_path, const RegionHeader* header)
+    : header_(header), socket_(doorbell_path(region_path)) {
+  // In a VM without the doorbell device (ivshmem-plain) BAR0 still maps and the
+  // worker publishes no peer: the guest then rings nobody and the worker polls.
+  if (const std::string bar0 = ivshmem_bar0_path(region_path); !bar0.empty()) vm_ = IvshmemBell::open(bar0, nullptr);
+}
+
+WorkerBell::~WorkerBell() = default;
+
+void WorkerBell::ring() const {
+  if (vm_) {
+    if (const uint32_t peer = header_->ivshmem_peer.load(std::memory_order_relaxed); peer != 0) {
+      vm_->ring(peer - 1, 0);
+      return;
+    }
+  }
+  socket_.ring();
 }
 
 }  // namespace ordo

@@ -1,5 +1,8 @@
 // ordo-worker: serves one guest region on this host.
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +14,7 @@
 
 #include "ordo/backend.h"
 #include "ordo/doorbell.h"
+#include "ordo/ivshmem.h"
 #include "ordo/region.h"
 #include "ordo/worker.h"
 
@@ -18,6 +22,7 @@ namespace {
 
 std::atomic<ordo::Worker*> g_worker{nullptr};
 std::atomic<bool> g_dump{false};
+std::atomic<bool> g_stopping{false};
 
 void on_stop(int) {
   if (auto* w = g_worker.load()) w->stop();
@@ -27,13 +32,17 @@ void on_usr1(int) { g_dump.store(true); }
 void usage(FILE* f) {
   std::fprintf(f,
                "usage: ordo-worker --region PATH [--size N] [--backend sim|cuda] [--stats] [--trace FILE] [--no-doorbell]\n"
-               "                   [--guest-timeout MS] [--unordered] [--chaos SEED] [--quiet]\n"
+               "                   [--ivshmem-server SOCKET] [--max-sleep MS] [--guest-timeout MS] [--unordered]\n"
+               "                   [--chaos SEED] [--quiet]\n"
                "  --region PATH   the shared region: a /dev/shm file (created, or reset, here)\n"
                "  --size N        region size, a power of two (default 64M; K/M/G suffixes)\n"
                "  --backend B     sim (CPU simulator, default), null (runs nothing: transport cost) or cuda\n"
                "  --stats         print counters at exit (and on SIGUSR1) as a table and a JSON line\n"
                "  --trace FILE    write a Chrome/Perfetto trace of every dispatch at exit (ui.perfetto.dev)\n"
                "  --ready-file F  write F once the region is ready (for scripts)\n"
+               "  --ivshmem-server SOCKET  join this ivshmem-server as a peer, so guests of ivshmem-doorbell VMs\n"
+               "                  can wake the idle worker (the server's memory must be --region)\n"
+               "  --max-sleep MS  longest idle sleep between polls (default 20; 1000 with --ivshmem-server)\n"
                "  --guest-timeout MS  free a guest's resources when its heartbeat stops this long (default 5000)\n"
                "  --unordered     ignore ordering edges, like the old prototype: tests only\n"
                "  --chaos SEED    hold dispatchable entries for random times: tests only\n");
@@ -44,7 +53,8 @@ void usage(FILE* f) {
 int main(int argc, char** argv) {
   std::string region_path, backend_name = "sim", ready_file, trace_path;
   uint64_t size = 64ull << 20;
-  bool stats = false, doorbell = true;
+  std::string ivshmem_socket;
+  bool stats = false, doorbell = true, max_sleep_set = false;
   ordo::WorkerOptions opt;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -65,6 +75,11 @@ int main(int argc, char** argv) {
     else if (a == "--chaos") opt.chaos_seed = std::strtoull(value().c_str(), nullptr, 0);
     else if (a == "--quiet") opt.quiet = true;
     else if (a == "--trace") trace_path = value();
+    else if (a == "--ivshmem-server") ivshmem_socket = value();
+    else if (a == "--max-sleep") {
+      opt.max_sleep = std::chrono::milliseconds(std::strtoull(value().c_str(), nullptr, 0));
+      max_sleep_set = true;
+    }
     else if (a == "--guest-timeout") opt.guest_timeout = std::chrono::milliseconds(std::strtoull(value().c_str(), nullptr, 0));
     else if (a == "--help" || a == "-h") { usage(stdout); return 0; }
     else {
@@ -100,6 +115,43 @@ int main(int argc, char** argv) {
     bell = ordo::DoorbellWaiter::listen(ordo::doorbell_path(region_path), &err);
     if (!bell) std::fprintf(stderr, "ordo-worker: %s; idle sleeps will poll instead\n", err.c_str());
   }
+  std::unique_ptr<ordo::IvshmemPeer> peer;
+  std::thread peer_reader;
+  if (!ivshmem_socket.empty()) {
+    peer = ordo::IvshmemPeer::join(ivshmem_socket, &err);
+    if (!peer) {
+      std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
+      return 1;
+    }
+    // A server sharing other memory than ours would send the guest's rings here
+    // while its rings live elsewhere: refuse, loudly.
+    struct stat a{}, b{};
+    if (::fstat(peer->shm_fd(), &a) != 0 || ::stat(region_path.c_str(), &b) != 0 || a.st_dev != b.st_dev ||
+        a.st_ino != b.st_ino) {
+      std::fprintf(stderr, "ordo-worker: ivshmem-server %s shares a different memory file than --region %s "
+                           "(start the server with the same region file)\n", ivshmem_socket.c_str(), region_path.c_str());
+      return 1;
+    }
+    if (!bell) {
+      std::fprintf(stderr, "ordo-worker: --ivshmem-server needs the io_uring doorbell (drop --no-doorbell)\n");
+      return 1;
+    }
+    bell->add_eventfd(peer->vector0());
+    region->header()->ivshmem_peer.store(peer->id() + 1, std::memory_order_release);
+    // Guests ring on their own: an idle worker may sleep long (a lost ring still
+    // costs at most this).
+    if (!max_sleep_set) opt.max_sleep = std::chrono::milliseconds(1000);
+    peer_reader = std::thread([&peer, &ivshmem_socket] {
+      // Later join/leave notices carry fds: read them so they don't pile up.
+      while (peer->drain()) {
+        pollfd p{peer->socket(), POLLIN, 0};
+        ::poll(&p, 1, -1);
+      }
+      if (!g_stopping.load())
+        std::fprintf(stderr, "ordo-worker: ivshmem-server %s went away; VMs already connected can still ring, "
+                             "new ones cannot\n", ivshmem_socket.c_str());
+    });
+  }
   ordo::Worker worker(*region, *backend, opt);
   g_worker.store(&worker);
   struct sigaction sa{};
@@ -109,9 +161,10 @@ int main(int argc, char** argv) {
   sa.sa_handler = on_usr1;
   sigaction(SIGUSR1, &sa, nullptr);
   if (!opt.quiet)
-    std::fprintf(stderr, "ordo-worker: serving %s (%llu MiB, %u rings x %u entries, backend %s%s%s)\n",
+    std::fprintf(stderr, "ordo-worker: serving %s (%llu MiB, %u rings x %u entries, backend %s%s%s%s)\n",
                  region_path.c_str(), (unsigned long long)(size >> 20), layout.ring_count, layout.ring_capacity,
-                 std::string(backend->name()).c_str(), opt.ordered ? "" : ", UNORDERED", opt.chaos_seed ? ", chaos" : "");
+                 std::string(backend->name()).c_str(), opt.ordered ? "" : ", UNORDERED", opt.chaos_seed ? ", chaos" : "",
+                 peer ? (", ivshmem peer " + std::to_string(peer->id())).c_str() : "");
   if (!ready_file.empty()) {
     if (FILE* f = std::fopen(ready_file.c_str(), "w")) std::fclose(f);
   }
@@ -130,6 +183,11 @@ int main(int argc, char** argv) {
   }
   worker.run(bell.get());
   done.store(true);
+  if (peer) {
+    g_stopping.store(true);
+    ::shutdown(peer->socket(), SHUT_RDWR);  // wakes the reader's poll
+    peer_reader.join();
+  }
   if (reporter.joinable()) reporter.join();
   g_worker.store(nullptr);
   if (stats) {
