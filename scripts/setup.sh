@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(meson ninja-build g++ pkg-config libboost-dev liburing-dev libbenchmark-dev libgtest-dev
-  python3
+  python3 gnuplot-nox
   # the fuzzer (scripts/fuzz.sh): clang with libFuzzer and the sanitizer runtimes
   clang libclang-rt-14-dev
   # the QEMU guest test (tests/vm): TCG needs no KVM
