@@ -87,6 +87,11 @@ struct Client::Heap {
 
 namespace {
 thread_local std::unordered_map<uint64_t, std::unique_ptr<void, void (*)(void*)>> t_states;
+// The state of the client this thread used last: every call needs it, and a
+// program has one client, so a compare usually replaces the hash lookup. Client
+// ids are never reused and a state lives as long as its thread: never stale.
+thread_local uint64_t t_last_id = 0;
+thread_local void* t_last_state = nullptr;
 }
 
 Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t session)
@@ -190,8 +195,13 @@ std::unique_ptr<Client> Client::attach_from_env(std::string* error, ClientOption
 }
 
 Client::ThreadState& Client::thread() {
+  if (t_last_id == id_) return *static_cast<ThreadState*>(t_last_state);
   auto it = t_states.find(id_);
-  if (it != t_states.end()) return *static_cast<ThreadState*>(it->second.get());
+  if (it != t_states.end()) {
+    t_last_id = id_;
+    t_last_state = it->second.get();
+    return *static_cast<ThreadState*>(t_last_state);
+  }
   auto* t = new ThreadState();
   t->pool = slots_;
   {
@@ -208,7 +218,9 @@ Client::ThreadState& Client::thread() {
   }
   auto [pos, _] = t_states.emplace(id_, std::unique_ptr<void, void (*)(void*)>(
                                             t, [](void* p) { delete static_cast<ThreadState*>(p); }));
-  return *static_cast<ThreadState*>(pos->second.get());
+  t_last_id = id_;
+  t_last_state = pos->second.get();
+  return *static_cast<ThreadState*>(t_last_state);
 }
 
 Status Client::check_async_error(ThreadState& t) {
