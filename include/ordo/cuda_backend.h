@@ -30,6 +30,11 @@ Probe probe();
 // The backend on device 0, or nullptr and *error saying why and what to do.
 std::unique_ptr<Backend> make_cuda_backend(std::string* error);
 
+// Whether a module image's own size fields (fatbin header and entries, ELF
+// program and section headers) stay inside `image`; *why says what does not.
+// Anything else (PTX text) passes: the backend NUL-terminates its copy.
+bool check_module_image(std::span<const std::byte> image, std::string* why);
+
 // The fatbin of ordo's built-in kernels (the simulator's, for a GPU) that the
 // backend loads as module 0; empty when not built. Benchmarks use it to run the
 // same kernels natively.

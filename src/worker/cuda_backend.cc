@@ -77,11 +77,13 @@ T load_le(const std::byte* p) {
   return v;
 }
 
+}  // namespace
+
 // A fatbin or cubin tells the driver its own size; the driver trusts it. Reject
 // any image whose stated sizes run past the bytes the guest actually sent, so a
 // hostile header cannot make the driver read beyond our copy. PTX (text) needs
 // no check: our copy always ends in a NUL.
-bool image_fits(std::span<const std::byte> img, std::string* why) {
+bool check_module_image(std::span<const std::byte> img, std::string* why) {
   const uint64_t n = img.size();
   auto fail = [&](const char* w) {
     *why = w;
@@ -121,6 +123,8 @@ bool image_fits(std::span<const std::byte> img, std::string* why) {
   }
   return true;
 }
+
+namespace {
 
 // The driver functions we use, at the ABI version these typedefs describe.
 struct Driver {
@@ -406,7 +410,7 @@ class CudaBackend final : public Backend {
   Status module_load(uint32_t module, std::span<const std::byte> image) override {
     if (module == 0 || module >= kMaxModules || image.empty()) return Status::kInvalidValue;
     std::string why;
-    if (!image_fits(image, &why)) {
+    if (!check_module_image(image, &why)) {
       log("rejected module image: %s", why.c_str());
       return Status::kInvalidValue;  // the runtime's answer to a bad image (cudaErrorInvalidKernelImage is for valid ones)
     }
