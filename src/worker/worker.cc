@@ -374,7 +374,7 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       std::memcpy(name, region_.slot(s).payload, kSlotPayload);
       name[kSlotPayload] = 0;
       uint32_t id = 0;
-      Status st = backend_.kernel_lookup(std::string_view(name, strnlen(name, kSlotPayload)), &id);
+      Status st = backend_.kernel_lookup(0, std::string_view(name, strnlen(name, kSlotPayload)), &id);
       return reply(s, seq, st, id);
     }
     case Op::EventCreate: {
