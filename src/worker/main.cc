@@ -26,11 +26,12 @@ void on_usr1(int) { g_dump.store(true); }
 
 void usage(FILE* f) {
   std::fprintf(f,
-               "usage: ordo-worker --region PATH [--size N] [--backend sim|cuda] [--stats] [--trace FILE] [--no-doorbell]\n"
+               "usage: ordo-worker --region PATH [--size N] [--backend auto|sim|cuda|null] [--stats] [--trace FILE] [--no-doorbell]\n"
                "                   [--guest-timeout MS] [--unordered] [--chaos SEED] [--quiet]\n"
                "  --region PATH   the shared region: a /dev/shm file (created, or reset, here)\n"
                "  --size N        region size, a power of two (default 64M; K/M/G suffixes)\n"
-               "  --backend B     sim (CPU simulator, default), null (runs nothing: transport cost) or cuda\n"
+               "  --backend B     auto (default: cuda if a CUDA device is present, else sim), sim (CPU simulator),\n"
+               "                  cuda (the GPU) or null (runs nothing: transport cost)\n"
                "  --stats         print counters at exit (and on SIGUSR1) as a table and a JSON line\n"
                "  --trace FILE    write a Chrome/Perfetto trace of every dispatch at exit (ui.perfetto.dev)\n"
                "  --ready-file F  write F once the region is ready (for scripts)\n"
@@ -42,7 +43,7 @@ void usage(FILE* f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string region_path, backend_name = "sim", ready_file, trace_path;
+  std::string region_path, backend_name = "auto", ready_file, trace_path;
   uint64_t size = 64ull << 20;
   bool stats = false, doorbell = true;
   ordo::WorkerOptions opt;
@@ -95,6 +96,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
     return 1;
   }
+  // Copies name host memory inside the region only; the cuda backend pins it.
+  backend->register_host_memory(region->base(), region->size());
   std::unique_ptr<ordo::DoorbellWaiter> bell;
   if (doorbell) {
     bell = ordo::DoorbellWaiter::listen(ordo::doorbell_path(region_path), &err);
