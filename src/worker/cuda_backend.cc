@@ -154,12 +154,14 @@ struct Driver {
   }
 
   bool load(std::string* error) {
-    return get("cuModuleLoadData", 2000, &module_load_data, true, error) &&
-           get("cuModuleUnload", 2000, &module_unload, true, error) &&
-           get("cuModuleGetFunction", 2000, &module_get_function, true, error) &&
-           get("cuLaunchKernel", 4000, &launch_kernel, true, error) &&
-           get("cuCtxGetCurrent", 4000, &ctx_get_current, true, error) &&
-           get("cuCtxSetCurrent", 4000, &ctx_set_current, true, error) &&
+    // Asked for as of CUDA 12.0 (12.4 for cuFuncGetParamInfo): none of these
+    // changed its ABI since the version in its typedef's name.
+    return get("cuModuleLoadData", 12000, &module_load_data, true, error) &&
+           get("cuModuleUnload", 12000, &module_unload, true, error) &&
+           get("cuModuleGetFunction", 12000, &module_get_function, true, error) &&
+           get("cuLaunchKernel", 12000, &launch_kernel, true, error) &&
+           get("cuCtxGetCurrent", 12000, &ctx_get_current, true, error) &&
+           get("cuCtxSetCurrent", 12000, &ctx_set_current, true, error) &&
            get("cuFuncGetParamInfo", 12040, &func_get_param_info, false, error);
   }
 };
@@ -412,7 +414,7 @@ class CudaBackend final : public Backend {
     std::string why;
     if (!check_module_image(image, &why)) {
       log("rejected module image: %s", why.c_str());
-      return Status::kInvalidValue;  // the runtime's answer to a bad image (cudaErrorInvalidKernelImage is for valid ones)
+      return to_status(CUDA_ERROR_INVALID_IMAGE);  // what the driver answers for an image it cannot parse
     }
     ensure_context();
     std::lock_guard lk(mu_);
