@@ -51,7 +51,7 @@ namespace {
 
 constexpr uint32_t kMaxStreams = 256;  // stream ids are ring indices (kMaxRings)
 constexpr uint32_t kMaxEvents = 65536;
-constexpr uint32_t kMaxModules = 4096;
+constexpr size_t kMaxModules = 4096;  // live at once
 constexpr uint32_t kMaxKernels = 1u << 20;
 constexpr uint32_t kMaxNotifyStreams = 64;  // one per guest thread that can wait at once (slot_count)
 constexpr uint64_t kMaxBlockThreads = 1024;
@@ -410,7 +410,7 @@ class CudaBackend final : public Backend {
   }
 
   Status module_load(uint32_t module, std::span<const std::byte> image) override {
-    if (module == 0 || module >= kMaxModules || image.empty()) return Status::kInvalidValue;
+    if (module == 0 || image.empty()) return Status::kInvalidValue;  // 0: the built-in kernels
     std::string why;
     if (!check_module_image(image, &why)) {
       log("rejected module image: %s", why.c_str());
@@ -419,6 +419,7 @@ class CudaBackend final : public Backend {
     ensure_context();
     std::lock_guard lk(mu_);
     if (modules_.count(module)) return Status::kInvalidResourceHandle;
+    if (modules_.size() > kMaxModules) return Status::kMemoryAllocation;  // ids are the worker's; the count is ours
     CUmodule mod = nullptr;
     if (Status st = load_module(image, &mod); !ok(st)) return st;
     modules_.emplace(module, mod);
