@@ -123,7 +123,7 @@ fi
 
 # ---------------------------------------------------------------- nvcc programs, native vs ordo
 cuda_lib=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")/lib64
-shim=$(ls "$build"/src/guest/libcudart.so* 2>/dev/null | head -1)
+shim=$(find "$build/src/guest" -name 'libcudart.so*' 2>/dev/null | sort | head -1)
 progs=()
 if [ -d "$build/tests/cuda" ]; then
   while IFS= read -r p; do progs+=("$p"); done < <(find "$build/tests/cuda" -maxdepth 1 -type f -perm -u+x ! -name '*.so*' | sort)
