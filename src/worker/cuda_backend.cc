@@ -177,6 +177,7 @@ class CudaBackend final : public Backend {
   }
 
   ~CudaBackend() override {
+    if (!ctx_) return;  // init() failed before there was anything to release
     ensure_context();
     // Pending callbacks point at this object; let every queued piece of work end.
     cudaDeviceSynchronize();
