@@ -1042,8 +1042,12 @@ TEST_F(Hostile, LaunchOfUnknownKernel) {
   e.arg[4] = 128;
   e.arg[5] = sizeof a;
   expect_rejected(R_, e, Status::kInvalidDevicePointer, "fill of unallocated memory");
-  e.arg[5] = sizeof a - 4;  // argument size mismatch
+  // Argument size mismatch. (sizeof a - 4 would be the packed size without the
+  // struct's tail padding, which a CUDA launch sends and args<T>() accepts.)
+  e.arg[5] = sizeof a - 8;
   expect_rejected(R_, e, Status::kInvalidValue, "short argument buffer");
+  e.arg[5] = sizeof a + 8;
+  expect_rejected(R_, e, Status::kInvalidValue, "long argument buffer");
   sim::FillU32Args over{dev_, kDevBytes / 4 + 1, 1, 0};  // one element past the allocation
   std::memcpy(region().staging(R_) + 128, &over, sizeof over);
   e.arg[5] = sizeof over;

@@ -8,10 +8,12 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ordo/backend.h"
 #include "ordo/doorbell.h"
 #include "ordo/region.h"
+#include "ordo/sim.h"
 #include "ordo/worker.h"
 
 namespace {
@@ -37,13 +39,15 @@ void usage(FILE* f) {
                "  --ready-file F  write F once the region is ready (for scripts)\n"
                "  --guest-timeout MS  free a guest's resources when its heartbeat stops this long (default 5000)\n"
                "  --unordered     ignore ordering edges, like the old prototype: tests only\n"
-               "  --chaos SEED    hold dispatchable entries for random times: tests only\n");
+               "  --chaos SEED    hold dispatchable entries for random times: tests only\n"
+               "  --sim-kernels SO  load host twins of device kernels into the sim backend (may repeat; see sim.h)\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string region_path, backend_name = "auto", ready_file, trace_path;
+  std::vector<std::string> plugins;
   uint64_t size = 64ull << 20;
   bool stats = false, doorbell = true;
   ordo::WorkerOptions opt;
@@ -65,6 +69,7 @@ int main(int argc, char** argv) {
     else if (a == "--unordered") opt.ordered = false;
     else if (a == "--chaos") opt.chaos_seed = std::strtoull(value().c_str(), nullptr, 0);
     else if (a == "--quiet") opt.quiet = true;
+    else if (a == "--sim-kernels") plugins.push_back(value());
     else if (a == "--trace") trace_path = value();
     else if (a == "--guest-timeout") opt.guest_timeout = std::chrono::milliseconds(std::strtoull(value().c_str(), nullptr, 0));
     else if (a == "--help" || a == "-h") { usage(stdout); return 0; }
@@ -86,6 +91,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string err;
+  for (const std::string& p : plugins) {
+    if (!ordo::sim::load_kernel_plugin(p, &err)) {
+      std::fprintf(stderr, "ordo-worker: --sim-kernels %s: %s\n", p.c_str(), err.c_str());
+      return 1;
+    }
+  }
   auto backend = ordo::make_backend(backend_name, &err);
   if (!backend) {
     std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
