@@ -188,8 +188,14 @@ cudaError_t ensure_loaded(ordo::Client* c, Module* m) {
   const Status s = c->module_load(m->image, m->size, &m->id);
   if (!ok(s)) {
     m->load_error = cudaError_t(s);
-    std::fprintf(stderr, "ordo: the worker refused this program's device code (%zu-byte fatbin): %s\n",
-                 size_t(m->size), std::string(ordo::status_name(s)).c_str());
+    if (s == Status::kMemoryAllocation)
+      std::fprintf(stderr,
+                   "ordo: this program's device code (%zu-byte fatbin) does not fit the region's pinned heap; "
+                   "start ordo-worker with a larger --size\n",
+                   size_t(m->size));
+    else
+      std::fprintf(stderr, "ordo: the worker refused this program's device code (%zu-byte fatbin): %s\n",
+                   size_t(m->size), std::string(ordo::status_name(s)).c_str());
     return m->load_error;
   }
   m->loaded = true;
