@@ -79,6 +79,12 @@ TEST(Client, KernelLaunchFillsMemory) {
   std::vector<uint32_t> out(1024);
   ASSERT_EQ(c->memcpy_d2h(out.data(), d, 4096), Status::kSuccess);
   for (uint32_t v : out) ASSERT_EQ(v, 0xabcd1234u);
+  // A CUDA launch sends the packed buffer: it ends with the last parameter,
+  // without the struct's tail padding (backend.h). The kernel reads it the same.
+  a.value = 0x5150u;
+  ASSERT_EQ(c->launch(fill, {4}, {256}, &a, offsetof(sim::FillU32Args, pad), kLegacyStream), Status::kSuccess);
+  ASSERT_EQ(c->memcpy_d2h(out.data(), d, 4096), Status::kSuccess);
+  for (uint32_t v : out) ASSERT_EQ(v, 0x5150u);
 }
 
 TEST(Client, UnknownKernelAndBadHandlesAreErrors) {
@@ -91,6 +97,45 @@ TEST(Client, UnknownKernelAndBadHandlesAreErrors) {
   EXPECT_EQ(c->launch(0, {0}, {1}, nullptr, 0, kLegacyStream), Status::kInvalidConfiguration);
   EXPECT_EQ(c->get_last_error(), Status::kInvalidConfiguration);
   EXPECT_EQ(c->get_last_error(), Status::kSuccess);
+}
+
+TEST(Client, ModulesLoadLookUpAndUnload) {
+  InProcessWorker w;
+  auto c = w.attach();
+  // The sim keeps no code: a module's kernels are the registered kernels, by name.
+  std::vector<std::byte> image(100000, std::byte{0x5a});
+  uint32_t m = 0, m2 = 0, k = 0, k0 = 0;
+  ASSERT_EQ(c->module_load(image.data(), image.size(), &m), Status::kSuccess);
+  ASSERT_EQ(c->module_load(image.data(), image.size(), &m2), Status::kSuccess);
+  EXPECT_NE(m, m2);
+  EXPECT_EQ(c->kernel_lookup(m, "ordo_fill_u32", &k), Status::kSuccess);
+  EXPECT_EQ(c->kernel_lookup("ordo_fill_u32", &k0), Status::kSuccess);
+  EXPECT_EQ(k, k0);
+  EXPECT_EQ(c->kernel_lookup(m, "no_such_kernel", &k), Status::kInvalidDeviceFunction);
+  EXPECT_EQ(c->module_unload(m), Status::kSuccess);
+  EXPECT_EQ(c->kernel_lookup(m, "ordo_fill_u32", &k), Status::kInvalidResourceHandle);
+  EXPECT_EQ(c->module_unload(m), Status::kInvalidResourceHandle);
+  EXPECT_EQ(c->kernel_lookup(m2, "ordo_fill_u32", &k), Status::kSuccess);
+  // Nothing, or more than the worker takes, is refused before it is sent.
+  EXPECT_EQ(c->module_load(image.data(), 0, &m), Status::kInvalidValue);
+  EXPECT_EQ(c->module_load(image.data(), kMaxModuleImage + 1, &m), Status::kInvalidKernelImage);
+  // The staging copy went back to the heap: many loads do not exhaust it.
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_EQ(c->module_load(image.data(), image.size(), &m), Status::kSuccess) << i;
+    ASSERT_EQ(c->module_unload(m), Status::kSuccess);
+  }
+}
+
+TEST(Client, DeviceInfoDescribesTheSimDevice) {
+  InProcessWorker w;
+  auto c = w.attach();
+  DeviceInfo d{};
+  ASSERT_EQ(c->device_info(&d), Status::kSuccess);
+  EXPECT_STREQ(d.name, "ordo sim device");
+  EXPECT_EQ(d.warp_size, 32);
+  EXPECT_EQ(d.max_threads_per_block, 1024);
+  EXPECT_GT(d.total_global_mem, uint64_t{1} << 30);
+  EXPECT_EQ(c->device_info(nullptr), Status::kInvalidValue);
 }
 
 TEST(Client, AsyncErrorReachesTheIssuingThreadsNextCall) {

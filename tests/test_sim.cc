@@ -70,7 +70,7 @@ class SimTest : public ::testing::Test {
 
   uint32_t kernel(const char* name) {
     uint32_t id = 0;
-    EXPECT_EQ(b_->kernel_lookup(name, &id), Status::kSuccess) << name;
+    EXPECT_EQ(b_->kernel_lookup(0, name, &id), Status::kSuccess) << name;
     return id;
   }
 
@@ -551,7 +551,7 @@ TEST_F(SimTest, KernelErrorsReportedWithTag) {
 
 TEST_F(SimTest, LaunchValidation) {
   uint32_t id = 0;
-  EXPECT_EQ(b_->kernel_lookup("no_such_kernel", &id), Status::kInvalidDeviceFunction);
+  EXPECT_EQ(b_->kernel_lookup(0, "no_such_kernel", &id), Status::kInvalidDeviceFunction);
   LaunchParams p;
   p.kernel = 1u << 30;
   EXPECT_EQ(b_->launch(0, p, {}), Status::kInvalidDeviceFunction);
@@ -658,11 +658,11 @@ TEST(SimBackend, DestructorDrainsAllStreams) {
 TEST(SimBackend, BuiltinRegistrationIsIdempotent) {
   auto b = make_sim_backend();
   uint32_t stamp_id = 0;
-  ASSERT_EQ(b->kernel_lookup("ordo_stamp", &stamp_id), Status::kSuccess);
-  EXPECT_EQ(b->kernel_lookup("ordo_stamp", nullptr), Status::kInvalidValue);
+  ASSERT_EQ(b->kernel_lookup(0, "ordo_stamp", &stamp_id), Status::kSuccess);
+  EXPECT_EQ(b->kernel_lookup(0, "ordo_stamp", nullptr), Status::kInvalidValue);
   register_builtin_kernels();  // idempotent: ids do not change
   uint32_t again = 0;
-  ASSERT_EQ(b->kernel_lookup("ordo_stamp", &again), Status::kSuccess);
+  ASSERT_EQ(b->kernel_lookup(0, "ordo_stamp", &again), Status::kSuccess);
   EXPECT_EQ(again, stamp_id);
 }
 

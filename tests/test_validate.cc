@@ -131,10 +131,19 @@ Entry memcpy_entry(MemKind dst, uint64_t d, MemKind src, uint64_t s, uint64_t si
 Path other(Path p) { return p == Path::Ring ? Path::Slot : Path::Ring; }
 
 // One good entry of every op; for ops with arguments, several.
+Entry module_load_entry(uint64_t off, uint64_t size) {
+  Entry e = entry(Op::ModuleLoad);
+  e.arg[0] = off;
+  e.arg[1] = size;
+  return e;
+}
+
 std::vector<std::pair<std::string, Entry>> good_entries(const Layout& l) {
   std::vector<std::pair<std::string, Entry>> v;
   for (size_t i = 0; i < kOpCount; ++i)
-    v.push_back({std::string(kOps[i].name), Op(i) == Op::Launch ? good_launch() : entry(Op(i))});
+    v.push_back({std::string(kOps[i].name), Op(i) == Op::Launch       ? good_launch()
+                                            : Op(i) == Op::ModuleLoad ? module_load_entry(0, 1)
+                                                                      : entry(Op(i))});
   auto add = [&](std::string n, const Entry& e) { v.push_back({std::move(n), e}); };
   Entry e;
   add("launch", good_launch());
@@ -154,6 +163,11 @@ std::vector<std::pair<std::string, Entry>> good_entries(const Layout& l) {
   e = good_launch();
   e.arg[1] = e.arg[2] = e.arg[3] = 0xffffffffffffffff;
   add("launch huge dims (the backend's to reject)", e);
+  add("module image: the whole heap", module_load_entry(0, std::min(l.heap_size, kMaxModuleImage)));
+  add("module image: the heap's last byte", module_load_entry(l.heap_size - 1, 1));
+  e = entry(Op::KernelLookup);
+  e.arg[0] = UINT32_MAX;
+  add("kernel lookup in any 32-bit module id (the worker's table decides)", e);
   add("memcpy device<-device any address",
       memcpy_entry(MemKind::Device, 0xdead, MemKind::Device, UINT64_MAX, UINT64_MAX));
   add("memcpy device<-staging whole window",
@@ -272,6 +286,24 @@ std::vector<BadCase> bad_entries(const Layout& l) {
   for (uint32_t t : {l.slot_count, l.slot_count + 1, kMaxSlots, kNoSlot}) {
     add("thread slot " + std::to_string(t), entry(Op::Nop, t), Path::Ring);
     add("thread slot " + std::to_string(t) + " on memset", entry(Op::Memset, t), Path::Ring);
+  }
+  // Module images: non-empty, capped, inside the pinned heap.
+  {
+    const uint64_t h = l.heap_size;
+    for (auto [off, size] : {std::pair{uint64_t{0}, uint64_t{0}}, {h, uint64_t{1}}, {h - 8, uint64_t{16}},
+                             {uint64_t{1}, h}, {UINT64_MAX - 7, uint64_t{16}}, {UINT64_MAX, uint64_t{1}},
+                             {uint64_t{0}, kMaxModuleImage + 1}, {uint64_t{0}, UINT64_MAX}})
+      add("module image at " + std::to_string(off) + " size " + std::to_string(size), module_load_entry(off, size),
+          Path::Slot);
+    for (Op op : {Op::ModuleUnload, Op::KernelLookup}) {
+      e = entry(op);
+      e.arg[0] = uint64_t{1} << 32;
+      add(std::string(info(op).name) + " with a module id past 32 bits", e, Path::Slot, Status::kInvalidResourceHandle);
+    }
+    e = entry(Op::DeviceInfo);
+    e.arg[0] = 1;
+    add("device info of device 1", e, Path::Slot, Status::kInvalidDevice);
+    add("slot op ModuleLoad on a ring", module_load_entry(0, 1), Path::Ring);
   }
   // Launch: argument bytes inside this ring's staging window.
   const uint64_t w = l.staging_per_ring;
@@ -1010,8 +1042,12 @@ TEST_F(Hostile, LaunchOfUnknownKernel) {
   e.arg[4] = 128;
   e.arg[5] = sizeof a;
   expect_rejected(R_, e, Status::kInvalidDevicePointer, "fill of unallocated memory");
-  e.arg[5] = sizeof a - 4;  // argument size mismatch
+  // Argument size mismatch. (sizeof a - 4 would be the packed size without the
+  // struct's tail padding, which a CUDA launch sends and args<T>() accepts.)
+  e.arg[5] = sizeof a - 8;
   expect_rejected(R_, e, Status::kInvalidValue, "short argument buffer");
+  e.arg[5] = sizeof a + 8;
+  expect_rejected(R_, e, Status::kInvalidValue, "long argument buffer");
   sim::FillU32Args over{dev_, kDevBytes / 4 + 1, 1, 0};  // one element past the allocation
   std::memcpy(region().staging(R_) + 128, &over, sizeof over);
   e.arg[5] = sizeof over;
@@ -1116,6 +1152,63 @@ TEST_F(Hostile, SlotRequestsWithBadOpsAndHandles) {
   std::vector<uint8_t> out(kDevBytes, 1);
   ASSERT_EQ(c_->memcpy_d2h(out.data(), dev_, kDevBytes), Status::kSuccess);
   EXPECT_EQ(std::count(out.begin(), out.end(), 0), ptrdiff_t(kDevBytes));
+}
+
+TEST_F(Hostile, ModuleOpsWithBadIdsSizesAndOffsets) {
+  const uint64_t heap = L_.heap_size;
+  ASSERT_GT(heap, 4096u);
+  Entry load = entry(Op::ModuleLoad);
+  uint64_t id = 0;
+  // Empty, oversize, and ranges that leave the pinned heap (incl. overflow).
+  load.arg[0] = 0;
+  load.arg[1] = 0;
+  EXPECT_EQ(slot_call(load, &id), Status::kInvalidValue);
+  load.arg[1] = kMaxModuleImage + 1;
+  EXPECT_EQ(slot_call(load, &id), Status::kInvalidValue);
+  for (auto [off, size] : {std::pair{heap, uint64_t{1}}, {heap - 8, uint64_t{16}}, {UINT64_MAX - 4, uint64_t{16}},
+                           {uint64_t{16}, heap}}) {
+    load.arg[0] = off;
+    load.arg[1] = size;
+    EXPECT_EQ(slot_call(load, &id), Status::kInvalidValue) << off << "+" << size;
+  }
+  // Module ids never issued: unload and lookup fail, also ids past 32 bits.
+  for (uint64_t m : {uint64_t{1}, uint64_t{77}, uint64_t{0xffffffff}, uint64_t{1} << 32 | 1}) {
+    Entry un = entry(Op::ModuleUnload);
+    un.arg[0] = m;
+    EXPECT_EQ(slot_call(un), Status::kInvalidResourceHandle) << m;
+    Entry lk = entry(Op::KernelLookup);
+    lk.arg[0] = m;
+    EXPECT_EQ(slot_call(lk, &id, "ordo_noop", 10), Status::kInvalidResourceHandle) << m;
+  }
+  // A real load through the heap: the id works for lookups until unloaded, then not.
+  load.arg[0] = 0;
+  load.arg[1] = 64;
+  ASSERT_EQ(slot_call(load, &id), Status::kSuccess);
+  ASSERT_NE(id, 0u);
+  Entry lk = entry(Op::KernelLookup);
+  lk.arg[0] = id;
+  uint64_t k = UINT64_MAX;
+  EXPECT_EQ(slot_call(lk, &k, "ordo_noop", 10), Status::kSuccess);
+  EXPECT_EQ(uint32_t(k), kernel(*c_, "ordo_noop"));
+  Entry un = entry(Op::ModuleUnload);
+  un.arg[0] = id;
+  EXPECT_EQ(slot_call(un), Status::kSuccess);
+  EXPECT_EQ(slot_call(un), Status::kInvalidResourceHandle) << "double unload";
+  EXPECT_EQ(slot_call(lk, &k, "ordo_noop", 10), Status::kInvalidResourceHandle) << "lookup after unload";
+  // Device info: only device 0; the answer is a terminated name.
+  Entry di = entry(Op::DeviceInfo);
+  di.arg[0] = 1;
+  EXPECT_EQ(slot_call(di), Status::kInvalidDevice);
+  di.arg[0] = 0;
+  EXPECT_EQ(slot_call(di), Status::kSuccess);
+  DeviceInfo dev;
+  std::memcpy(&dev, slot().payload, sizeof dev);
+  EXPECT_NE(std::memchr(dev.name, 0, sizeof dev.name), nullptr);
+  EXPECT_GT(dev.total_global_mem, 0u);
+  // Module ops are sync calls, not ring entries.
+  create_ring(R_);
+  for (Op op : {Op::ModuleLoad, Op::ModuleUnload, Op::DeviceInfo})
+    expect_rejected(R_, entry(op), Status::kInvalidValue, std::string(info(op).name) + " on a ring");
 }
 
 TEST_F(Hostile, SlotSequenceJumpsAreAnswered) {

@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "ordo/status.h"
 
@@ -28,6 +30,14 @@ struct OpTag {
   uint16_t op = 0;      // ordo::Op
 };
 
+// The argument buffer of a launch (LaunchParams::args) is the kernel's packed
+// parameter buffer, the format cuLaunchKernel takes with
+// CU_LAUNCH_PARAM_BUFFER_POINTER: each parameter's bytes at its offset from the
+// kernel's parameter layout (EIATTR_KPARAM_INFO in the cubin's .nv.info.<kernel>
+// section), padding between parameters unspecified, total size = offset + size
+// of the last parameter. This is a contract between the guest (which packs it)
+// and every backend (the cuda backend hands it to the driver as is; the sim's
+// kernels read it through KernelContext::args<T>() with a struct of that layout).
 struct LaunchParams {
   uint32_t kernel = 0;
   Dim3 grid, block;
@@ -41,6 +51,56 @@ struct MemOperand {
   bool device = false;
   uint64_t addr = 0;  // device address, or reinterpret_cast<uintptr_t>(host pointer)
 };
+
+// The device a backend drives, as cudaGetDeviceProperties and
+// cudaDeviceGetAttribute report it. Trivially copyable, fixed-width fields: the
+// worker sends it to the guest as is in a reply slot's payload.
+struct DeviceInfo {
+  char name[256];  // NUL-terminated
+  uint8_t uuid[16];
+  uint64_t total_global_mem;
+  uint64_t shared_mem_per_block;
+  uint64_t shared_mem_per_block_optin;
+  uint64_t shared_mem_per_multiprocessor;
+  uint64_t total_const_mem;
+  uint64_t texture_alignment;
+  uint64_t mem_pitch;
+  int32_t major, minor;
+  int32_t multi_processor_count;
+  int32_t warp_size;
+  int32_t max_threads_per_block;
+  int32_t max_threads_dim[3];
+  int32_t max_grid_size[3];
+  int32_t regs_per_block;
+  int32_t regs_per_multiprocessor;
+  int32_t clock_rate_khz;
+  int32_t memory_clock_rate_khz;
+  int32_t memory_bus_width;
+  int32_t l2_cache_size;
+  int32_t persisting_l2_cache_max_size;
+  int32_t max_threads_per_multiprocessor;
+  int32_t max_blocks_per_multiprocessor;
+  int32_t compute_mode;
+  int32_t concurrent_kernels;
+  int32_t async_engine_count;
+  int32_t unified_addressing;
+  int32_t managed_memory;
+  int32_t concurrent_managed_access;
+  int32_t pci_bus_id, pci_device_id, pci_domain_id;
+  int32_t integrated;
+  int32_t can_map_host_memory;
+  int32_t ecc_enabled;
+  int32_t tcc_driver;
+  int32_t cooperative_launch;
+  int32_t stream_priorities_supported;
+  int32_t global_l1_cache_supported;
+  int32_t local_l1_cache_supported;
+  int32_t pageable_memory_access;
+  int32_t host_native_atomic_supported;
+  int32_t kernel_exec_timeout_enabled;
+};
+static_assert(std::is_trivially_copyable_v<DeviceInfo>);
+static_assert(sizeof(DeviceInfo) <= 512, "DeviceInfo must fit a reply slot's payload (kSlotPayload)");
 
 class Backend {
  public:
@@ -75,7 +135,20 @@ class Backend {
 
   virtual Status malloc(uint64_t size, uint64_t* device_addr) = 0;
   virtual Status free(uint64_t device_addr) = 0;  // caller made sure no work uses it
-  virtual Status kernel_lookup(std::string_view name, uint32_t* kernel) = 0;
+  // A module image (fatbin or cubin) registered by the guest, copied out of the region.
+  virtual Status module_load(uint32_t module, std::span<const std::byte> image) = 0;
+  virtual Status module_unload(uint32_t module) = 0;
+  // Kernel `name` (a mangled device name) of a loaded module -> a kernel id for launch().
+  // Module 0 is "no module": kernels the backend knows by name (the sim's
+  // built-in and registered kernels).
+  virtual Status kernel_lookup(uint32_t module, std::string_view name, uint32_t* kernel) = 0;
+  // The device the backend drives, for cudaGetDeviceProperties and friends.
+  virtual Status device_info(DeviceInfo* out) = 0;
+
+  // Host memory the worker will pass as MemOperand host pointers (the shared
+  // region), told once before any copy. The cuda backend pins it so copies DMA
+  // straight from it, and rejects host operands outside it.
+  virtual void register_host_memory(void* /*base*/, uint64_t /*size*/) {}
 
  protected:
   void report(const OpTag& tag, Status s) {
@@ -86,7 +159,8 @@ class Backend {
   ErrorSink error_sink_;
 };
 
-// "sim" (always available) or "cuda" (when built with CUDA and a device is present).
+// "sim" (always available), "null", "cuda" (when built with CUDA and a device is
+// present) or "auto" (cuda when it is available, sim otherwise; says which on stderr).
 std::unique_ptr<Backend> make_backend(std::string_view name, std::string* error);
 
 }  // namespace ordo

@@ -88,8 +88,13 @@ class Client {
   Status memcpy_h2d(uint64_t dst, const void* src, uint64_t size);
   Status memcpy_d2h(void* dst, uint64_t src, uint64_t size);
 
-  // Kernels.
-  Status kernel_lookup(const std::string& name, uint32_t* kernel);
+  // Kernels. Module 0 holds the kernels the backend knows by name (the sim's).
+  Status kernel_lookup(const std::string& name, uint32_t* kernel) { return kernel_lookup(0, name, kernel); }
+  Status kernel_lookup(uint32_t module, const std::string& name, uint32_t* kernel);
+  // Ships a module image (fatbin or cubin) to the worker through the pinned heap.
+  Status module_load(const void* image, uint64_t size, uint32_t* module);
+  Status module_unload(uint32_t module);  // waits for all work first
+  Status device_info(DeviceInfo* out);
   Status launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
                 uint32_t shared_mem = 0);
 

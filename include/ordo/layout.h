@@ -26,6 +26,11 @@ inline constexpr uint32_t kMaxEdges = 4;
 inline constexpr uint32_t kLegacyRing = 0;  // the legacy default stream, open from the start
 inline constexpr uint32_t kNoSlot = 0xffffffffu;
 
+// The largest module image (ModuleLoad) the worker copies out, and how many
+// modules one guest session may hold.
+inline constexpr uint64_t kMaxModuleImage = uint64_t{256} << 20;
+inline constexpr uint32_t kMaxModules = 4096;
+
 // Stream flags (StreamCreate arg0).
 inline constexpr uint64_t kStreamNonBlocking = 1;
 

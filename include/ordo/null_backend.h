@@ -34,8 +34,17 @@ class NullBackend : public Backend {
     return Status::kSuccess;
   }
   Status free(uint64_t) override { return Status::kSuccess; }
-  Status kernel_lookup(std::string_view, uint32_t* kernel) override {
+  Status module_load(uint32_t, std::span<const std::byte>) override { return Status::kSuccess; }
+  Status module_unload(uint32_t) override { return Status::kSuccess; }
+  Status kernel_lookup(uint32_t, std::string_view, uint32_t* kernel) override {
     *kernel = 0;
+    return Status::kSuccess;
+  }
+  Status device_info(DeviceInfo* out) override {
+    *out = DeviceInfo{};
+    static constexpr char kName[] = "ordo null device";
+    static_assert(sizeof(kName) <= sizeof(out->name));
+    for (size_t i = 0; i < sizeof(kName); ++i) out->name[i] = kName[i];
     return Status::kSuccess;
   }
 

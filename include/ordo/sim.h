@@ -9,7 +9,9 @@
 #include <memory>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "ordo/backend.h"
@@ -26,21 +28,30 @@ class Device;
 
 // What a kernel sees. Device addresses in its arguments must be translated with
 // span(), which checks them against live allocations: a kernel never touches
-// memory the guest did not allocate.
+// memory the guest did not allocate. translate() and tick() are virtual so that
+// kernels in a plugin (ordo-worker --sim-kernels) reach them through the vtable,
+// without the worker exporting symbols.
 class KernelContext {
  public:
   KernelContext(Device& dev, Dim3 grid, Dim3 block, std::span<const std::byte> args)
       : dev_(dev), grid_(grid), block_(block), args_(args) {}
+  virtual ~KernelContext() = default;
 
   Dim3 grid() const { return grid_; }
   Dim3 block() const { return block_; }
 
-  // The argument buffer as one trivially copyable struct; its size must match exactly.
+  // The argument buffer as one trivially copyable struct with the kernel's
+  // parameter layout. The packed buffer of a CUDA launch ends with the last
+  // parameter (backend.h), so it may lack the struct's tail padding: its size
+  // must be sizeof(T) once rounded up to alignof(T). The padding reads as zero.
   template <class T>
   T args() const {
-    if (args_.size() != sizeof(T)) throw KernelError(Status::kInvalidValue, "kernel argument size mismatch");
+    static_assert(std::is_trivially_copyable_v<T>);
+    const size_t padded = (args_.size() + alignof(T) - 1) / alignof(T) * alignof(T);
+    if (padded != sizeof(T)) throw KernelError(Status::kInvalidValue, "kernel argument size mismatch");
     T t;
-    std::memcpy(&t, args_.data(), sizeof(T));
+    std::memset(static_cast<void*>(&t), 0, sizeof(T));
+    std::memcpy(static_cast<void*>(&t), args_.data(), args_.size());
     return t;
   }
 
@@ -50,10 +61,10 @@ class KernelContext {
   }
 
   // A process-wide counter that orders kernel events across all streams.
-  uint64_t tick() const;
+  virtual uint64_t tick() const;
 
  private:
-  void* translate(uint64_t device_addr, uint64_t bytes) const;
+  virtual void* translate(uint64_t device_addr, uint64_t bytes) const;
   Device& dev_;
   Dim3 grid_, block_;
   std::span<const std::byte> args_;
@@ -67,6 +78,12 @@ using Kernel = void (*)(KernelContext&);
 void register_kernel(std::string_view name, Kernel fn);
 
 std::unique_ptr<Backend> make_sim_backend();
+
+// Loads a kernel plugin: a shared object exporting
+//   extern "C" void ordo_sim_register(void (*reg)(const char* name, ordo::sim::Kernel fn));
+// which calls reg once per kernel, named like the device kernel it stands in
+// for (the mangled name, e.g. "_Z3addPii"). Returns false with a message.
+bool load_kernel_plugin(const std::string& path, std::string* error);
 
 // Built-in kernels (sim_kernels.cc) with their argument structs, used by the
 // demo, the tests and the benchmarks.

@@ -13,6 +13,9 @@ enum class Status : int32_t {
   kMemoryAllocation = 2,           // cudaErrorMemoryAllocation
   kInvalidConfiguration = 9,       // cudaErrorInvalidConfiguration
   kInvalidDevicePointer = 17,      // cudaErrorInvalidDevicePointer
+  kInitializationError = 3,        // cudaErrorInitializationError
+  kInvalidDevice = 101,            // cudaErrorInvalidDevice
+  kInvalidKernelImage = 200,       // cudaErrorInvalidKernelImage
   kDevicesUnavailable = 46,        // cudaErrorDevicesUnavailable
   kInvalidDeviceFunction = 98,     // cudaErrorInvalidDeviceFunction
   kInvalidResourceHandle = 400,    // cudaErrorInvalidResourceHandle

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,8 @@ class Worker {
   std::vector<EventState> events_;
   std::vector<uint32_t> free_events_;
   std::map<uint64_t, uint64_t> allocations_;  // device address -> size, this guest's only
+  std::set<uint32_t> modules_;                // module ids loaded by this guest
+  uint32_t next_module_ = 1;                  // 0 means "no module" in KernelLookup
   uint64_t slot_doorbell_seen_ = 0;
   uint32_t staged_slots_ = 0;   // slots holding a request that waits for edges
   uint64_t attached_ = 0;       // guest session served; nothing is polled while 0

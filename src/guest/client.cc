@@ -814,14 +814,60 @@ Status Client::memcpy_d2h(void* dst, uint64_t src, uint64_t size) {
 
 // ---- kernels and device-wide calls -----------------------------------------
 
-Status Client::kernel_lookup(const std::string& name, uint32_t* kernel) {
+Status Client::kernel_lookup(uint32_t module, const std::string& name, uint32_t* kernel) {
   ThreadState& t = thread();
   if (!kernel || name.empty() || name.size() >= kSlotPayload) return finish(t, Status::kInvalidValue);
   Entry e{};
   e.op = uint16_t(Op::KernelLookup);
+  e.arg[0] = module;
   uint64_t id = 0;
   Status s = call(e, &id, nullptr, &name);
   if (ok(s)) *kernel = uint32_t(id);
+  return finish(t, s);
+}
+
+Status Client::module_load(const void* image, uint64_t size, uint32_t* module) {
+  ThreadState& t = thread();
+  if (!image || !module || size == 0) return finish(t, Status::kInvalidValue);
+  if (size > kMaxModuleImage) return finish(t, Status::kInvalidKernelImage);
+  // The image travels through the pinned heap: one request, however large.
+  void* staged = nullptr;
+  if (Status s = malloc_host(&staged, size); !ok(s)) return s;
+  std::memcpy(staged, image, size);
+  Entry e{};
+  e.op = uint16_t(Op::ModuleLoad);
+  e.arg[0] = uint64_t(static_cast<std::byte*>(staged) - region_->heap());
+  e.arg[1] = size;
+  uint64_t id = 0;
+  const Status s = call(e, &id);
+  {
+    std::lock_guard lock(heap_->mu);  // the worker copied it out before answering
+    heap_->buf->deallocate(staged);
+  }
+  if (ok(s)) *module = uint32_t(id);
+  return finish(t, s);
+}
+
+Status Client::module_unload(uint32_t module) {
+  ThreadState& t = thread();
+  // Like cudaFree: no work issued before may still use the module's kernels.
+  if (Status s = device_synchronize(); !ok(s)) return s;
+  Entry e{};
+  e.op = uint16_t(Op::ModuleUnload);
+  e.arg[0] = module;
+  return finish(t, call(e));
+}
+
+Status Client::device_info(DeviceInfo* out) {
+  ThreadState& t = thread();
+  if (!out) return finish(t, Status::kInvalidValue);
+  Entry e{};
+  e.op = uint16_t(Op::DeviceInfo);
+  const Status s = call(e);
+  if (ok(s)) {
+    std::memcpy(out, region_->slot(t.slot).payload, sizeof(DeviceInfo));
+    out->name[sizeof(out->name) - 1] = 0;
+  }
   return finish(t, s);
 }
 

@@ -9,6 +9,9 @@ std::string_view status_name(Status s) {
     case Status::kMemoryAllocation: return "out of memory";
     case Status::kInvalidConfiguration: return "invalid launch configuration";
     case Status::kInvalidDevicePointer: return "invalid device pointer";
+    case Status::kInitializationError: return "initialization error";
+    case Status::kInvalidDevice: return "invalid device";
+    case Status::kInvalidKernelImage: return "invalid kernel image";
     case Status::kDevicesUnavailable: return "worker unavailable";
     case Status::kInvalidDeviceFunction: return "unknown kernel";
     case Status::kInvalidResourceHandle: return "invalid handle";

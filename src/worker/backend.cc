@@ -1,4 +1,7 @@
+#include <cstdio>
+
 #include "ordo/backend.h"
+#include "ordo/cuda_backend.h"
 #include "ordo/null_backend.h"
 #include "ordo/sim.h"
 
@@ -10,12 +13,23 @@ std::unique_ptr<Backend> make_backend(std::string_view name, std::string* error)
     sim::register_builtin_kernels();
     return sim::make_sim_backend();
   }
-  if (error) {
-    if (name == "cuda")
-      *error = "the cuda backend is not built into this worker yet; use --backend sim";
-    else
-      *error = "unknown backend '" + std::string(name) + "' (choose sim, null or cuda)";
+  if (name == "cuda") return cuda::make_cuda_backend(error);
+  if (name == "auto") {
+    // The GPU when there is one; otherwise the simulator, saying why.
+    const cuda::Probe p = cuda::probe();
+    if (p.usable()) {
+      std::string why;
+      if (auto b = cuda::make_cuda_backend(&why)) {
+        std::fprintf(stderr, "ordo-worker: backend auto: %d CUDA device(s), using cuda\n", p.count);
+        return b;
+      }
+      std::fprintf(stderr, "ordo-worker: backend auto: %s; using sim\n", why.c_str());
+    } else {
+      std::fprintf(stderr, "ordo-worker: backend auto: %s; using sim\n", p.why_not().c_str());
+    }
+    return make_backend("sim", error);
   }
+  if (error) *error = "unknown backend '" + std::string(name) + "' (choose auto, sim, null or cuda)";
   return nullptr;
 }
 

@@ -11,11 +11,13 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ordo/backend.h"
 #include "ordo/doorbell.h"
 #include "ordo/ivshmem.h"
 #include "ordo/region.h"
+#include "ordo/sim.h"
 #include "ordo/worker.h"
 
 namespace {
@@ -31,12 +33,13 @@ void on_usr1(int) { g_dump.store(true); }
 
 void usage(FILE* f) {
   std::fprintf(f,
-               "usage: ordo-worker --region PATH [--size N] [--backend sim|cuda] [--stats] [--trace FILE] [--no-doorbell]\n"
+               "usage: ordo-worker --region PATH [--size N] [--backend auto|sim|cuda|null] [--stats] [--trace FILE] [--no-doorbell]\n"
                "                   [--ivshmem-server SOCKET] [--max-sleep MS] [--guest-timeout MS] [--unordered]\n"
-               "                   [--chaos SEED] [--quiet]\n"
+               "                   [--chaos SEED] [--sim-kernels SO] [--quiet]\n"
                "  --region PATH   the shared region: a /dev/shm file (created, or reset, here)\n"
                "  --size N        region size, a power of two (default 64M; K/M/G suffixes)\n"
-               "  --backend B     sim (CPU simulator, default), null (runs nothing: transport cost) or cuda\n"
+               "  --backend B     auto (default: cuda if a CUDA device is present, else sim), sim (CPU simulator),\n"
+               "                  cuda (the GPU) or null (runs nothing: transport cost)\n"
                "  --stats         print counters at exit (and on SIGUSR1) as a table and a JSON line\n"
                "  --trace FILE    write a Chrome/Perfetto trace of every dispatch at exit (ui.perfetto.dev)\n"
                "  --ready-file F  write F once the region is ready (for scripts)\n"
@@ -45,13 +48,15 @@ void usage(FILE* f) {
                "  --max-sleep MS  longest idle sleep between polls (default 20; 1000 with --ivshmem-server)\n"
                "  --guest-timeout MS  free a guest's resources when its heartbeat stops this long (default 5000)\n"
                "  --unordered     ignore ordering edges, like the old prototype: tests only\n"
-               "  --chaos SEED    hold dispatchable entries for random times: tests only\n");
+               "  --chaos SEED    hold dispatchable entries for random times: tests only\n"
+               "  --sim-kernels SO  load host twins of device kernels into the sim backend (may repeat; see sim.h)\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string region_path, backend_name = "sim", ready_file, trace_path;
+  std::string region_path, backend_name = "auto", ready_file, trace_path;
+  std::vector<std::string> plugins;
   uint64_t size = 64ull << 20;
   std::string ivshmem_socket;
   bool stats = false, doorbell = true, max_sleep_set = false;
@@ -74,6 +79,7 @@ int main(int argc, char** argv) {
     else if (a == "--unordered") opt.ordered = false;
     else if (a == "--chaos") opt.chaos_seed = std::strtoull(value().c_str(), nullptr, 0);
     else if (a == "--quiet") opt.quiet = true;
+    else if (a == "--sim-kernels") plugins.push_back(value());
     else if (a == "--trace") trace_path = value();
     else if (a == "--ivshmem-server") ivshmem_socket = value();
     else if (a == "--max-sleep") {
@@ -100,6 +106,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string err;
+  for (const std::string& p : plugins) {
+    if (!ordo::sim::load_kernel_plugin(p, &err)) {
+      std::fprintf(stderr, "ordo-worker: --sim-kernels %s: %s\n", p.c_str(), err.c_str());
+      return 1;
+    }
+  }
   auto backend = ordo::make_backend(backend_name, &err);
   if (!backend) {
     std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
@@ -110,6 +122,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
     return 1;
   }
+  // Copies name host memory inside the region only; the cuda backend pins it.
+  backend->register_host_memory(region->base(), region->size());
   std::unique_ptr<ordo::DoorbellWaiter> bell;
   if (doorbell) {
     bell = ordo::DoorbellWaiter::listen(ordo::doorbell_path(region_path), &err);

@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <system_error>
@@ -89,6 +90,45 @@ Kernel kernel_by_id(uint32_t id) {
   Registry& r = registry();
   if (id >= r.count.load(std::memory_order_acquire)) return nullptr;
   return r.fns[id].load(std::memory_order_acquire);
+}
+
+// What the sim reports as its device: a plausible modern GPU, so that programs
+// that size their launches from the properties behave.
+DeviceInfo sim_device_info() {
+  DeviceInfo d{};
+  static constexpr char kName[] = "ordo sim device";
+  std::memcpy(d.name, kName, sizeof(kName));
+  d.total_global_mem = uint64_t{16} << 30;
+  d.shared_mem_per_block = 48 << 10;
+  d.shared_mem_per_block_optin = 227 << 10;
+  d.shared_mem_per_multiprocessor = 228 << 10;
+  d.total_const_mem = 64 << 10;
+  d.texture_alignment = 512;
+  d.mem_pitch = INT32_MAX;
+  d.major = 9;
+  d.minor = 0;
+  d.multi_processor_count = 4;
+  d.warp_size = 32;
+  d.max_threads_per_block = int32_t(kMaxBlockThreads);
+  d.max_threads_dim[0] = d.max_threads_dim[1] = 1024;
+  d.max_threads_dim[2] = 64;
+  d.max_grid_size[0] = INT32_MAX;
+  d.max_grid_size[1] = d.max_grid_size[2] = 65535;
+  d.regs_per_block = d.regs_per_multiprocessor = 65536;
+  d.clock_rate_khz = 1'000'000;
+  d.memory_clock_rate_khz = 1'000'000;
+  d.memory_bus_width = 256;
+  d.l2_cache_size = 4 << 20;
+  d.max_threads_per_multiprocessor = 2048;
+  d.max_blocks_per_multiprocessor = 32;
+  d.compute_mode = 0;  // default
+  d.concurrent_kernels = 1;
+  d.async_engine_count = 2;
+  d.unified_addressing = 1;
+  d.can_map_host_memory = 1;
+  d.stream_priorities_supported = 1;
+  d.global_l1_cache_supported = d.local_l1_cache_supported = 1;
+  return d;
 }
 
 // ---------------------------------------------------------------- host memory
@@ -510,8 +550,33 @@ class Device final : public Backend {
     return Status::kSuccess;
   }
 
-  Status kernel_lookup(std::string_view name, uint32_t* kernel) override {
+  // The sim cannot run device code: a module's kernels are found by name among
+  // the registered kernels (host twins, see `ordo-worker --sim-kernels`). Loading
+  // only records the module id so that lookups in unknown modules fail as on a GPU.
+  Status module_load(uint32_t module, std::span<const std::byte>) override {
+    if (module == 0) return Status::kInvalidValue;
+    std::lock_guard lk(modules_mu_);
+    if (!modules_.insert(module).second) return Status::kInvalidValue;
+    return Status::kSuccess;
+  }
+
+  Status module_unload(uint32_t module) override {
+    std::lock_guard lk(modules_mu_);
+    return modules_.erase(module) ? Status::kSuccess : Status::kInvalidResourceHandle;
+  }
+
+  Status device_info(DeviceInfo* out) override {
+    if (!out) return Status::kInvalidValue;
+    *out = sim_device_info();
+    return Status::kSuccess;
+  }
+
+  Status kernel_lookup(uint32_t module, std::string_view name, uint32_t* kernel) override {
     if (!kernel) return Status::kInvalidValue;
+    if (module != 0) {
+      std::lock_guard lk(modules_mu_);
+      if (!modules_.count(module)) return Status::kInvalidResourceHandle;
+    }
     Registry& r = registry();
     std::shared_lock lk(r.mu);
     auto it = r.ids.find(name);
@@ -708,6 +773,9 @@ class Device final : public Backend {
   mutable std::shared_mutex mem_mu_;
   std::map<uint64_t, std::shared_ptr<HostBlock>> allocs_;  // guarded by mem_mu_
   uint64_t next_addr_ = kDeviceBase;      // guarded by mem_mu_
+
+  std::mutex modules_mu_;
+  std::set<uint32_t> modules_;  // guarded by modules_mu_
 };
 
 // ---------------------------------------------------------------- public API

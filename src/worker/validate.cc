@@ -58,6 +58,20 @@ Status check_entry(const Entry& e, Path path, const Layout& l, std::string* why)
     case Op::StreamCreate:
       if (e.arg[0] & ~kStreamNonBlocking) return bad(why, "unknown stream flags");
       return Status::kSuccess;
+    case Op::ModuleLoad:
+      if (e.arg[1] == 0) return bad(why, "empty module image");
+      if (e.arg[1] > kMaxModuleImage)
+        return bad(why, "module image of " + std::to_string(e.arg[1]) + " bytes is larger than the limit of " +
+                            std::to_string(kMaxModuleImage));
+      if (!range_ok(e.arg[0], e.arg[1], l.heap_size)) return bad(why, "module image outside the pinned heap");
+      return Status::kSuccess;
+    case Op::ModuleUnload:
+    case Op::KernelLookup:
+      if (e.arg[0] > UINT32_MAX) return bad(why, "module id out of range", Status::kInvalidResourceHandle);
+      return Status::kSuccess;
+    case Op::DeviceInfo:
+      if (e.arg[0] != 0) return bad(why, "no device " + std::to_string(e.arg[0]) + " (only device 0)", Status::kInvalidDevice);
+      return Status::kSuccess;
     default:
       return Status::kSuccess;
   }

@@ -373,9 +373,44 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       char name[kSlotPayload + 1];
       std::memcpy(name, region_.slot(s).payload, kSlotPayload);
       name[kSlotPayload] = 0;
+      const uint32_t module = uint32_t(e.arg[0]);  // check_entry: fits
+      if (module != 0 && !modules_.count(module)) return reply(s, seq, Status::kInvalidResourceHandle);
       uint32_t id = 0;
-      Status st = backend_.kernel_lookup(std::string_view(name, strnlen(name, kSlotPayload)), &id);
+      Status st = backend_.kernel_lookup(module, std::string_view(name, strnlen(name, kSlotPayload)), &id);
       return reply(s, seq, st, id);
+    }
+    case Op::ModuleLoad: {
+      if (modules_.size() >= kMaxModules) return reply(s, seq, Status::kMemoryAllocation);
+      // check_entry bounded the range to the pinned heap. Copy it out: the guest
+      // can rewrite the heap at any time, and the backend parses the image.
+      std::vector<std::byte> image;
+      try {
+        image.assign(region_.heap() + e.arg[0], region_.heap() + e.arg[0] + e.arg[1]);
+      } catch (const std::bad_alloc&) {
+        return reply(s, seq, Status::kMemoryAllocation);
+      }
+      uint32_t id = next_module_;
+      while (id == 0 || modules_.count(id)) ++id;  // wraps after 2^32 loads: skip live ids and 0
+      const Status st = backend_.module_load(id, image);
+      if (!ok(st)) return reply(s, seq, st);
+      next_module_ = id + 1;
+      modules_.insert(id);
+      return reply(s, seq, st, id);
+    }
+    case Op::ModuleUnload: {
+      const uint32_t module = uint32_t(e.arg[0]);
+      if (!modules_.erase(module)) return reply(s, seq, Status::kInvalidResourceHandle);
+      return reply(s, seq, backend_.module_unload(module));
+    }
+    case Op::DeviceInfo: {
+      DeviceInfo info{};
+      const Status st = backend_.device_info(&info);
+      if (ok(st)) {
+        info.name[sizeof(info.name) - 1] = 0;
+        std::lock_guard lock(error_mu_);  // the payload is the guest's to read after the reply
+        std::memcpy(region_.slot(s).payload, &info, sizeof(info));
+      }
+      return reply(s, seq, st);
     }
     case Op::EventCreate: {
       uint32_t idx;
@@ -498,6 +533,8 @@ void Worker::reset_session() {
     if (rings_[r].created) backend_.stream_destroy(r);
   for (uint32_t i = 0; i < events_.size(); ++i)
     if (events_[i].live) backend_.event_destroy(i);
+  for (uint32_t m : modules_) backend_.module_unload(m);
+  modules_.clear();
   for (auto& [addr, size] : allocations_) backend_.free(addr);
   allocations_.clear();
   counters_.allocations.store(0, std::memory_order_relaxed);

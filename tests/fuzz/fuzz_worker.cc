@@ -49,7 +49,14 @@ class CheckingBackend final : public NullBackend {
     if (!allocs_.erase(addr)) __builtin_trap();  // the worker must only free what it allocated
     return Status::kSuccess;
   }
-  Status kernel_lookup(std::string_view name, uint32_t* k) override {
+  Status module_load(uint32_t, std::span<const std::byte> image) override {
+    // The worker must hand over its own copy, never the region (the guest could change it mid-load).
+    if (image.size() && reinterpret_cast<uintptr_t>(image.data()) >= lo_ &&
+        reinterpret_cast<uintptr_t>(image.data()) < hi_)
+      __builtin_trap();
+    return Status::kSuccess;
+  }
+  Status kernel_lookup(uint32_t, std::string_view name, uint32_t* k) override {
     *k = uint32_t(name.size());
     return Status::kSuccess;
   }

@@ -1,0 +1,334 @@
+#include "fatbin.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+namespace ordo::cudart {
+namespace {
+
+template <class T>
+bool read(std::span<const std::byte> b, uint64_t off, T* out) {
+  if (off > b.size() || sizeof(T) > b.size() - off) return false;
+  std::memcpy(out, b.data() + off, sizeof(T));
+  return true;
+}
+
+constexpr uint16_t kKindPtx = 1;
+constexpr uint16_t kKindElf = 2;
+constexpr uint64_t kFlagZstd = 0x8000;
+constexpr uint64_t kFlagLz4 = 0x2000;
+constexpr uint64_t kMaxFatbin = uint64_t{1} << 32;
+
+// nv.info attribute formats and the attributes read here.
+constexpr uint8_t kFmtNval = 1, kFmtBval = 2, kFmtHval = 3, kFmtSval = 4;
+constexpr uint8_t kAttrKparamInfo = 0x17;
+constexpr uint8_t kAttrCbankParamSize = 0x19;
+constexpr uint32_t kShtCudaInfo = 0x70000000;
+
+// libzstd, if the guest has it: the only thing the shim needs it for is
+// reading compressed PTX or cubins, so it is not a build dependency.
+struct Zstd {
+  size_t (*decompress)(void*, size_t, const void*, size_t) = nullptr;
+  unsigned (*is_error)(size_t) = nullptr;
+};
+
+const Zstd& zstd() {
+  static Zstd z;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* h = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return;
+    z.decompress = reinterpret_cast<size_t (*)(void*, size_t, const void*, size_t)>(dlsym(h, "ZSTD_decompress"));
+    z.is_error = reinterpret_cast<unsigned (*)(size_t)>(dlsym(h, "ZSTD_isError"));
+    if (!z.decompress || !z.is_error) z = Zstd{};
+  });
+  return z;
+}
+
+bool decompress(std::span<const std::byte> in, uint64_t out_size, uint64_t flags, std::vector<std::byte>* out,
+                std::string* error) {
+  if (flags & kFlagLz4) {
+    *error = "LZ4-compressed fatbin entry (older nvcc); rebuild with nvcc 12.4+ or -Xfatbin -compress-all=false";
+    return false;
+  }
+  const Zstd& z = zstd();
+  if (!z.decompress) {
+    *error = "compressed fatbin entry and no libzstd.so.1 to read it; install libzstd or build with "
+             "-Xfatbin -compress=false";
+    return false;
+  }
+  if (out_size == 0 || out_size > kMaxFatbin) {
+    *error = "compressed fatbin entry with an implausible size";
+    return false;
+  }
+  out->resize(out_size);
+  const size_t n = z.decompress(out->data(), out->size(), in.data(), in.size());
+  if (z.is_error(n) || n != out_size) {
+    *error = "compressed fatbin entry does not decompress";
+    return false;
+  }
+  return true;
+}
+
+// One .nv.info.<kernel> section body.
+bool parse_nv_info(std::span<const std::byte> b, KernelLayout* k) {
+  uint16_t cbank_size = 0;
+  bool have_cbank = false;
+  for (uint64_t i = 0; i + 2 <= b.size();) {
+    const uint8_t fmt = uint8_t(b[i]), attr = uint8_t(b[i + 1]);
+    switch (fmt) {
+      case kFmtNval:
+        i += 2;
+        break;
+      case kFmtBval:
+        i += 4;  // value byte, padded to the section's 4-byte records
+        break;
+      case kFmtHval: {
+        uint16_t v;
+        if (!read(b, i + 2, &v)) return false;
+        if (attr == kAttrCbankParamSize) {
+          cbank_size = v;
+          have_cbank = true;
+        }
+        i += 4;
+        break;
+      }
+      case kFmtSval: {
+        uint16_t len;
+        if (!read(b, i + 2, &len) || len > b.size() - i - 4) return false;
+        if (attr == kAttrKparamInfo && len >= 12) {
+          uint16_t ordinal = 0, offset = 0;
+          uint32_t word = 0;
+          read(b, i + 8, &ordinal);
+          read(b, i + 10, &offset);
+          read(b, i + 12, &word);
+          const uint32_t size = (word >> 18) & 0x3fff;
+          if (ordinal >= 4096) return false;
+          if (k->params.size() <= ordinal) k->params.resize(ordinal + 1);
+          k->params[ordinal] = {offset, size};
+          k->size = std::max(k->size, uint32_t{offset} + size);
+        }
+        i += 4 + len;
+        break;
+      }
+      default:
+        return false;  // unknown record format: nothing after it can be trusted
+    }
+  }
+  // The constant bank's parameter size is the same number, when present.
+  if (have_cbank && cbank_size != k->size) return false;
+  for (const KernelParam& p : k->params)
+    if (p.size == 0) return false;  // an ordinal without a record
+  return true;
+}
+
+bool parse_fatbin_body(std::span<const std::byte> image, KernelLayouts* cubin, KernelLayouts* ptx,
+                       std::string* error) {
+  uint32_t magic;
+  uint16_t version, header_size;
+  uint64_t body;
+  if (!read(image, 0, &magic) || magic != kFatbinMagic) {
+    *error = "not a fatbin (bad magic)";
+    return false;
+  }
+  read(image, 4, &version);
+  read(image, 6, &header_size);
+  read(image, 8, &body);
+  if (header_size < 16 || header_size > image.size() || body > image.size() - header_size) {
+    *error = "fatbin header sizes run past the image";
+    return false;
+  }
+  std::string first_error;
+  for (uint64_t off = header_size, end = header_size + body; off < end;) {
+    uint16_t kind;
+    uint32_t ehs, csize;
+    uint64_t psize, flags, usize;
+    if (!read(image, off, &kind) || !read(image, off + 4, &ehs) || !read(image, off + 8, &psize) ||
+        !read(image, off + 16, &csize) || !read(image, off + 40, &flags) || !read(image, off + 56, &usize) ||
+        ehs < 64 || ehs > end - off || psize > end - off - ehs) {
+      *error = "fatbin entry at offset " + std::to_string(off) + " runs past the image";
+      return false;
+    }
+    std::span<const std::byte> payload = image.subspan(off + ehs, psize);
+    off += ehs + psize;
+    if (kind != kKindElf && kind != kKindPtx) continue;  // e.g. LTO IR
+    std::vector<std::byte> plain;
+    if (flags & (kFlagZstd | kFlagLz4)) {
+      // Worth the work only where a cubin is missing.
+      std::string e;
+      if (csize > payload.size() || !decompress(payload.first(csize), usize, flags, &plain, &e)) {
+        if (first_error.empty()) first_error = e.empty() ? "bad compressed entry" : e;
+        continue;
+      }
+      payload = plain;
+    }
+    std::string e;
+    const bool ok = kind == kKindElf
+                        ? parse_cubin(payload, cubin, &e)
+                        : parse_ptx(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()),
+                                    ptx, &e);
+    if (!ok && first_error.empty()) first_error = e;
+  }
+  if (cubin->empty() && ptx->empty() && !first_error.empty()) {
+    *error = first_error;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+uint64_t fatbin_size(const void* data) {
+  if (!data) return 0;
+  uint32_t magic;
+  uint16_t header_size;
+  uint64_t body;
+  std::memcpy(&magic, data, 4);
+  if (magic != kFatbinMagic) return 0;
+  std::memcpy(&header_size, static_cast<const std::byte*>(data) + 6, 2);
+  std::memcpy(&body, static_cast<const std::byte*>(data) + 8, 8);
+  if (header_size < 16 || body > kMaxFatbin) return 0;
+  return header_size + body;
+}
+
+bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string* error) {
+  static constexpr unsigned char kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
+  if (elf.size() < 64 || std::memcmp(elf.data(), kElfMagic, 4) != 0 || uint8_t(elf[4]) != 2 ||
+      uint8_t(elf[5]) != 1) {
+    *error = "cubin is not a 64-bit little-endian ELF";
+    return false;
+  }
+  uint64_t shoff;
+  uint16_t shentsize, shnum, shstrndx;
+  read(elf, 0x28, &shoff);
+  read(elf, 0x3a, &shentsize);
+  read(elf, 0x3c, &shnum);
+  read(elf, 0x3e, &shstrndx);
+  if (shentsize < 64 || shstrndx >= shnum || shoff > elf.size() || uint64_t{shnum} * shentsize > elf.size() - shoff) {
+    *error = "cubin section table runs past the image";
+    return false;
+  }
+  struct Section {
+    uint32_t name, type;
+    uint64_t offset, size;
+  };
+  auto section = [&](uint32_t i) {
+    Section s{};
+    const uint64_t h = shoff + uint64_t{i} * shentsize;
+    read(elf, h, &s.name);
+    read(elf, h + 4, &s.type);
+    read(elf, h + 24, &s.offset);
+    read(elf, h + 32, &s.size);
+    return s;
+  };
+  const Section strtab = section(shstrndx);
+  if (strtab.offset > elf.size() || strtab.size > elf.size() - strtab.offset) {
+    *error = "cubin section names run past the image";
+    return false;
+  }
+  const std::string_view names(reinterpret_cast<const char*>(elf.data() + strtab.offset), strtab.size);
+  static constexpr std::string_view kPrefix = ".nv.info.";
+  for (uint32_t i = 0; i < shnum; ++i) {
+    const Section s = section(i);
+    if (s.type != kShtCudaInfo || s.name >= names.size()) continue;
+    std::string_view name = names.substr(s.name);
+    name = name.substr(0, name.find('\0'));
+    if (!name.starts_with(kPrefix)) continue;
+    if (s.offset > elf.size() || s.size > elf.size() - s.offset) {
+      *error = "cubin section " + std::string(name) + " runs past the image";
+      return false;
+    }
+    KernelLayout k;
+    if (!parse_nv_info(elf.subspan(s.offset, s.size), &k)) {
+      *error = "cannot read the parameter layout in cubin section " + std::string(name);
+      return false;
+    }
+    out->emplace(std::string(name.substr(kPrefix.size())), std::move(k));
+  }
+  return true;
+}
+
+namespace {
+
+// Size and alignment of a PTX parameter from its declaration tokens, e.g.
+// ".param .u64 .ptr .global .align 1 x", ".param .align 8 .b8 x[24]".
+bool ptx_param(std::string_view decl, KernelParam* p, uint32_t* align) {
+  uint32_t elem = 0, explicit_align = 0, count = 1;
+  size_t i = 0;
+  auto next = [&]() -> std::string_view {
+    while (i < decl.size() && (decl[i] == ' ' || decl[i] == '\t' || decl[i] == '\n' || decl[i] == '\r')) ++i;
+    const size_t b = i;
+    while (i < decl.size() && !(decl[i] == ' ' || decl[i] == '\t' || decl[i] == '\n' || decl[i] == '\r')) ++i;
+    return decl.substr(b, i - b);
+  };
+  for (std::string_view t = next(); !t.empty(); t = next()) {
+    if (t == ".align") {
+      explicit_align = uint32_t(std::strtoul(std::string(next()).c_str(), nullptr, 10));
+    } else if (t.size() >= 3 && t[0] == '.' && (t[1] == 'b' || t[1] == 'u' || t[1] == 's' || t[1] == 'f') &&
+               std::all_of(t.begin() + 2, t.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      elem = uint32_t(std::strtoul(std::string(t.substr(2)).c_str(), nullptr, 10)) / 8;
+    } else if (t[0] != '.') {
+      if (const size_t lb = t.find('['); lb != std::string_view::npos)
+        count = uint32_t(std::strtoul(std::string(t.substr(lb + 1)).c_str(), nullptr, 10));
+    }
+  }
+  if (elem == 0 || count == 0 || count > (1u << 16)) return false;
+  p->size = elem * count;
+  *align = explicit_align ? explicit_align : elem;
+  return *align && (*align & (*align - 1)) == 0;
+}
+
+}  // namespace
+
+bool parse_ptx(std::string_view ptx, KernelLayouts* out, std::string* error) {
+  for (size_t pos = 0; (pos = ptx.find(".entry", pos)) != std::string_view::npos;) {
+    pos += 6;
+    const size_t open = ptx.find('(', pos), brace = ptx.find('{', pos);
+    size_t name_end = std::min(open, brace);
+    if (name_end == std::string_view::npos) break;
+    std::string_view name = ptx.substr(pos, name_end - pos);
+    while (!name.empty() && (name.front() == ' ' || name.front() == '\t' || name.front() == '\n')) name.remove_prefix(1);
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\t' || name.back() == '\n' || name.back() == '\r'))
+      name.remove_suffix(1);
+    KernelLayout k;
+    if (open < brace) {  // a parameter list
+      const size_t close = ptx.find(')', open);
+      if (close == std::string_view::npos) {
+        *error = "unterminated parameter list of PTX entry " + std::string(name);
+        return false;
+      }
+      std::string_view list = ptx.substr(open + 1, close - open - 1);
+      while (!list.empty()) {
+        const size_t comma = list.find(',');
+        std::string_view decl = list.substr(0, comma);
+        list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+        if (decl.find(".param") == std::string_view::npos) continue;
+        KernelParam p;
+        uint32_t align = 1;
+        if (!ptx_param(decl, &p, &align)) {
+          *error = "cannot read a parameter of PTX entry " + std::string(name);
+          return false;
+        }
+        p.offset = (k.size + align - 1) / align * align;
+        k.size = p.offset + p.size;
+        k.params.push_back(p);
+      }
+      pos = close;
+    }
+    out->emplace(std::string(name), std::move(k));
+  }
+  return true;
+}
+
+bool parse_fatbin(std::span<const std::byte> image, KernelLayouts* out, std::string* error) {
+  KernelLayouts cubin, ptx;
+  if (!parse_fatbin_body(image, &cubin, &ptx, error)) return false;
+  for (auto& [name, k] : ptx) cubin.emplace(name, std::move(k));  // keeps the cubin's where both exist
+  out->merge(cubin);
+  return true;
+}
+
+}  // namespace ordo::cudart

@@ -1,0 +1,61 @@
+// Kernel parameter layouts from an nvcc fat binary, for the libcudart shim.
+//
+// A CUDA program hands the runtime pointers to each kernel argument; the
+// packed parameter buffer a Launch carries (backend.h) needs each parameter's
+// offset and size, which only the device code knows. nvcc records them in the
+// cubin: section `.nv.info.<kernel>`, attribute EIATTR_KPARAM_INFO, one per
+// parameter. Without a cubin the PTX `.entry` declaration gives the same layout.
+//
+// Fatbin container, as nvcc 13 writes it (little-endian):
+//   header  u32 magic 0xBA55ED50, u16 version, u16 header_size, u64 body_size
+//   entries, back to back over body_size bytes, each:
+//     +0  u16 kind (1 PTX, 2 ELF cubin)  +2 u16 ?  +4 u32 header_size
+//     +8  u64 payload_size (padded)      +16 u32 compressed_size (0: not compressed)
+//     +28 u32 sm arch                    +40 u64 flags (0x8000: zstd-compressed, 0x2000: LZ4)
+//     +56 u64 uncompressed size (when compressed)
+//     payload at entry + header_size.
+// nvcc 13 compresses PTX by default and cubins only with -Xfatbin -compress-all;
+// compressed payloads are zstd frames, decompressed with libzstd.so.1 loaded at
+// run time when present.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ordo::cudart {
+
+inline constexpr uint32_t kFatbinMagic = 0xBA55ED50;
+inline constexpr uint32_t kFatbinWrapperMagic = 0x466243b1;  // __fatDeviceText
+
+struct KernelParam {
+  uint32_t offset = 0;
+  uint32_t size = 0;
+};
+
+struct KernelLayout {
+  std::vector<KernelParam> params;  // by ordinal
+  uint32_t size = 0;                // end of the last parameter: the packed buffer's size
+};
+
+using KernelLayouts = std::map<std::string, KernelLayout, std::less<>>;
+
+// Total size of the fatbin starting at `data` (header included), or 0 if it
+// does not start with a fatbin header or claims an absurd size.
+uint64_t fatbin_size(const void* data);
+
+// Parses every kernel's parameter layout out of the fatbin `image`. Kernels found
+// in any cubin win over PTX. Returns false with a message when no layout at all
+// could be read (e.g. only compressed images and no libzstd).
+bool parse_fatbin(std::span<const std::byte> image, KernelLayouts* out, std::string* error);
+
+// The pieces, for tests.
+bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string* error);
+bool parse_ptx(std::string_view ptx, KernelLayouts* out, std::string* error);
+
+}  // namespace ordo::cudart

@@ -1,0 +1,91 @@
+// The seed ordering scenario of the foundation issue, against the CUDA runtime
+// API with two host threads:
+//   thread A launches a slow kernel on stream S that copies `in` to `out`, then
+//   tells thread B; B records an event on S, makes S2 wait for it, and copies
+//   new data into `in` on S2. The kernel must have read the original input.
+// Repeats ITERATIONS times (argv[1], default 20); prints the number of
+// violations and exits 1 if there was any.
+#include <cuda_runtime.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kernels.h"
+
+__global__ void slow_copy(const int* in, int* out, int n, unsigned sleep_us) {
+  // Wait first, read after: a copy into `in` that jumps the queue is seen.
+  for (unsigned t = 0; t < sleep_us; t += 1000) __nanosleep(1000000);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = in[i];
+}
+
+#define CHECK(call)                                                                     \
+  do {                                                                                  \
+    cudaError_t e_ = (call);                                                            \
+    if (e_ != cudaSuccess) {                                                            \
+      std::printf("FAIL %s:%d: %s -> error %d (%s)\n", __FILE__, __LINE__, #call, int(e_), \
+                  cudaGetErrorName(e_));                                                \
+      std::exit(2);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+int main(int argc, char** argv) {
+  const int iterations = argc > 1 ? std::atoi(argv[1]) : 20;
+  const int n = 4096;
+  const unsigned sleep_us = argc > 2 ? unsigned(std::atoi(argv[2])) : 3000;
+  int *in, *out;
+  CHECK(cudaMalloc(&in, n * sizeof(int)));
+  CHECK(cudaMalloc(&out, n * sizeof(int)));
+  cudaStream_t s, s2;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cudaEvent_t ev;
+  CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  std::vector<int> original(n), replacement(n), result(n);
+  int violations = 0;
+  for (int it = 0; it < iterations; ++it) {
+    for (int i = 0; i < n; ++i) {
+      original[i] = it * 100000 + i;
+      replacement[i] = -1 - i;
+    }
+    CHECK(cudaMemcpy(in, original.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+    CHECK(cudaMemset(out, 0, n * sizeof(int)));
+    CHECK(cudaDeviceSynchronize());
+
+    std::mutex mu;
+    std::condition_variable cv;
+    bool launched = false;
+    std::thread a([&] {
+      slow_copy<<<1, 256, 0, s>>>(in, out, n, sleep_us);
+      CHECK(cudaGetLastError());
+      std::lock_guard lock(mu);
+      launched = true;
+      cv.notify_one();
+    });
+    std::thread b([&] {
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return launched; });
+      }
+      CHECK(cudaEventRecord(ev, s));
+      CHECK(cudaStreamWaitEvent(s2, ev, 0));
+      CHECK(cudaMemcpyAsync(in, replacement.data(), n * sizeof(int), cudaMemcpyHostToDevice, s2));
+      CHECK(cudaStreamSynchronize(s2));
+    });
+    a.join();
+    b.join();
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemcpy(result.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
+    if (result != original) ++violations;
+  }
+  CHECK(cudaEventDestroy(ev));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaStreamDestroy(s2));
+  CHECK(cudaFree(in));
+  CHECK(cudaFree(out));
+  std::printf("seed scenario: %d violations in %d iterations\n", violations, iterations);
+  return violations ? 1 : 0;
+}

@@ -1,0 +1,135 @@
+// The fatbin parser against real nvcc output: basic.cu built as a plain
+// fatbin (cubin + zstd-compressed PTX, nvcc's default), with every entry
+// compressed, as PTX only, and as PTX text. Paths come from the environment
+// (meson test sets them).
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fatbin.h"
+#include "kernels.h"
+
+namespace ordo::cudart {
+namespace {
+
+std::vector<std::byte> load(const char* env) {
+  const char* path = std::getenv(env);
+  if (!path) {
+    ADD_FAILURE() << env << " is not set: run through meson test";
+    return {};
+  }
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_FALSE(c.empty()) << path;
+  std::vector<std::byte> out(c.size());
+  std::memcpy(out.data(), c.data(), c.size());
+  return out;
+}
+
+bool have_zstd() {
+  // The parser loads libzstd.so.1 itself; a PTX-only fatbin needs it.
+  KernelLayouts k;
+  std::string e;
+  return !(parse_fatbin(load("FATBIN_PTX"), &k, &e) == false && e.find("libzstd") != std::string::npos);
+}
+
+// What the device compiler laid out, checked against the structs the twins use.
+void expect_basic_layouts(const KernelLayouts& k) {
+  ASSERT_TRUE(k.count("_Z5mixedcds4PairPx")) << "mixed missing";
+  const KernelLayout& m = k.at("_Z5mixedcds4PairPx");
+  ASSERT_EQ(m.params.size(), 5u);
+  const uint32_t off[] = {offsetof(MixedArgs, c), offsetof(MixedArgs, d), offsetof(MixedArgs, s),
+                          offsetof(MixedArgs, pair), offsetof(MixedArgs, out)};
+  const uint32_t size[] = {1, 8, 2, sizeof(Pair), 8};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(m.params[i].offset, off[i]) << "param " << i;
+    EXPECT_EQ(m.params[i].size, size[i]) << "param " << i;
+  }
+  EXPECT_EQ(m.size, sizeof(MixedArgs));
+
+  const KernelLayout& s = k.at("_Z5saxpyfPKfPfi");
+  ASSERT_EQ(s.params.size(), 4u);
+  EXPECT_EQ(s.params[0].offset, 0u);
+  EXPECT_EQ(s.params[0].size, 4u);
+  EXPECT_EQ(s.params[1].offset, 8u);  // a pointer after a float: aligned up
+  EXPECT_EQ(s.params[3].offset, offsetof(SaxpyArgs, n));
+  EXPECT_EQ(s.size, offsetof(SaxpyArgs, n) + 4);  // packed: no tail padding
+
+  const KernelLayout& f = k.at("_Z4fillPiii");
+  ASSERT_EQ(f.params.size(), 3u);
+  EXPECT_EQ(f.size, sizeof(FillArgs));
+}
+
+TEST(Fatbin, DefaultNvccOutput) {
+  const auto img = load("FATBIN_DEFAULT");
+  ASSERT_EQ(fatbin_size(img.data()), img.size());
+  KernelLayouts k;
+  std::string e;
+  ASSERT_TRUE(parse_fatbin(img, &k, &e)) << e;
+  EXPECT_EQ(k.size(), 3u);
+  expect_basic_layouts(k);
+}
+
+TEST(Fatbin, EveryEntryCompressed) {
+  if (!have_zstd()) GTEST_SKIP() << "no libzstd.so.1";
+  KernelLayouts k;
+  std::string e;
+  ASSERT_TRUE(parse_fatbin(load("FATBIN_COMPRESSED"), &k, &e)) << e;
+  expect_basic_layouts(k);
+}
+
+TEST(Fatbin, PtxOnlyGivesTheSameLayouts) {
+  if (!have_zstd()) GTEST_SKIP() << "no libzstd.so.1";
+  KernelLayouts k;
+  std::string e;
+  ASSERT_TRUE(parse_fatbin(load("FATBIN_PTX"), &k, &e)) << e;
+  expect_basic_layouts(k);
+}
+
+TEST(Fatbin, PtxText) {
+  const auto ptx = load("PTX_TEXT");
+  KernelLayouts k;
+  std::string e;
+  ASSERT_TRUE(parse_ptx({reinterpret_cast<const char*>(ptx.data()), ptx.size()}, &k, &e)) << e;
+  expect_basic_layouts(k);
+}
+
+TEST(Fatbin, GarbageIsRejectedWithoutReadingOutOfBounds) {
+  std::vector<std::byte> junk(64, std::byte{0x41});
+  EXPECT_EQ(fatbin_size(junk.data()), 0u);
+  KernelLayouts k;
+  std::string e;
+  EXPECT_FALSE(parse_fatbin(junk, &k, &e));
+  EXPECT_NE(e.find("magic"), std::string::npos) << e;
+  EXPECT_FALSE(parse_cubin(junk, &k, &e));
+
+  // Every truncation of a real fatbin, in its own heap block so ASan sees overreads.
+  const auto img = load("FATBIN_DEFAULT");
+  for (size_t n = 0; n < img.size(); n += (n < 256 ? 1 : 61)) {
+    std::vector<std::byte> cut(img.begin(), img.begin() + ptrdiff_t(n));
+    KernelLayouts out;
+    std::string err;
+    if (parse_fatbin(cut, &out, &err)) {
+      EXPECT_LE(out.size(), 3u);
+    }
+  }
+  // Random corruption: parse or fail, never crash.
+  std::mt19937 rng(1);
+  for (int round = 0; round < 2000; ++round) {
+    auto bad = img;
+    for (int i = 0; i < 4; ++i) bad[rng() % bad.size()] = std::byte(rng());
+    KernelLayouts out;
+    std::string err;
+    parse_fatbin(bad, &out, &err);
+  }
+}
+
+}  // namespace
+}  // namespace ordo::cudart

@@ -1,0 +1,231 @@
+// The cuda backend's paths that need no GPU: how the worker picks and refuses
+// backends with and without a device, and the module-image checks against real
+// nvcc output and forged headers. Runs everywhere; where a device is present it
+// checks the other branch of each choice.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpu.h"
+#include "ordo/backend.h"
+#include "ordo/cuda_backend.h"
+#include "ordo/doorbell.h"
+
+namespace ordo::test {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct WorkerRun {
+  int status = -1;  // exit code, or -signal
+  std::string err;  // stderr
+};
+
+// Runs ordo-worker with `args`; with `ready` it waits for the ready file, then
+// stops the worker with SIGTERM.
+WorkerRun run_worker(std::vector<std::string> args, const std::string& ready = "") {
+  const char* exe = std::getenv("ORDO_WORKER");
+  if (!exe) throw std::runtime_error("ORDO_WORKER is not set: run the tests through meson test");
+  const std::string log = "/dev/shm/ordo-probe-" + std::to_string(getpid()) + ".log";
+  args.insert(args.begin(), exe);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) dup2(fd, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(exe, argv.data());
+    _exit(127);
+  }
+  int st = 0;
+  if (!ready.empty()) {
+    for (int i = 0; i < 1000 && access(ready.c_str(), F_OK) != 0; ++i) {
+      if (waitpid(pid, &st, WNOHANG) == pid) goto done;
+      usleep(5000);
+    }
+    kill(pid, SIGTERM);
+  }
+  waitpid(pid, &st, 0);
+done:
+  WorkerRun r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+  r.err = slurp(log);
+  unlink(log.c_str());
+  return r;
+}
+
+std::string region_path(const char* tag) { return "/dev/shm/ordo-probe-" + std::to_string(getpid()) + "-" + tag; }
+
+TEST(CudaProbe, CudaBackendIsRefusedWithAClearMessageWithoutADevice) {
+  const cuda::Probe p = cuda::probe();
+  std::string err;
+  auto b = make_backend("cuda", &err);
+  if (p.usable()) {
+    ASSERT_TRUE(b) << err;
+    EXPECT_EQ(b->name(), "cuda");
+    return;
+  }
+  EXPECT_FALSE(b);
+  EXPECT_EQ(err, p.why_not() + "; use --backend sim");
+  if (p.error != 0) {
+    // CI: the toolkit is there, the driver is not.
+    EXPECT_EQ(err, "no CUDA device (cudaGetDeviceCount: " + p.error_name + " (" + std::to_string(p.error) +
+                       ")); use --backend sim");
+    EXPECT_EQ(p.count, 0);
+  }
+}
+
+TEST(CudaProbe, WithoutADriverTheErrorIsInsufficientDriver) {
+  if (access("/proc/driver/nvidia/version", F_OK) == 0) GTEST_SKIP() << "an NVIDIA driver is loaded here";
+  const cuda::Probe p = cuda::probe();
+  EXPECT_FALSE(p.usable());
+  // 35 where no libcuda.so.1 can be loaded; 34 (stub library) if only the toolkit's stub is on the library path.
+  EXPECT_TRUE(p.error == 35 || p.error == 34) << p.error << " " << p.error_name;
+  EXPECT_NE(p.why_not().find("(" + std::to_string(p.error) + ")"), std::string::npos) << p.why_not();
+}
+
+TEST(CudaProbe, AutoPicksCudaWithADeviceAndSimWithout) {
+  std::string err;
+  auto b = make_backend("auto", &err);
+  ASSERT_TRUE(b) << err;
+  EXPECT_EQ(b->name(), cuda::probe().usable() ? "cuda" : "sim");
+}
+
+TEST(CudaProbe, UnknownBackendNamesTheChoices) {
+  std::string err;
+  EXPECT_FALSE(make_backend("gpu", &err));
+  EXPECT_NE(err.find("choose auto, sim, null or cuda"), std::string::npos) << err;
+}
+
+TEST(CudaProbe, WorkerWithBackendCudaExitsWithTheReasonWithoutADevice) {
+  if (cuda::probe().usable()) GTEST_SKIP() << "a CUDA device is present";
+  const std::string region = region_path("cuda");
+  const WorkerRun r = run_worker({"--region", region, "--backend", "cuda"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "ordo-worker: " + cuda::probe().why_not() + "; use --backend sim\n");
+  EXPECT_NE(access(region.c_str(), F_OK), 0) << "the worker created its region before refusing the backend";
+  unlink(region.c_str());
+}
+
+TEST(CudaProbe, WorkerDefaultsToAutoAndSaysWhichBackendItPicked) {
+  const std::string region = region_path("auto"), ready = region + ".ready";
+  const WorkerRun r = run_worker({"--region", region, "--ready-file", ready}, ready);
+  unlink(region.c_str());
+  unlink(doorbell_path(region).c_str());
+  unlink(ready.c_str());
+  EXPECT_EQ(r.status, 0) << r.err;
+  if (cuda::probe().usable()) {
+    EXPECT_NE(r.err.find("backend auto:"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("using cuda"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("backend cuda)"), std::string::npos) << r.err;
+  } else {
+    EXPECT_NE(r.err.find("ordo-worker: backend auto: " + cuda::probe().why_not() + "; using sim\n"), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("backend sim)"), std::string::npos) << r.err;
+  }
+}
+
+// ---------------------------------------------------------------- module images
+
+std::vector<std::byte> image(const char* var) { return read_image(var); }
+
+template <class T>
+void poke(std::vector<std::byte>& v, size_t off, T value) {
+  ASSERT_LE(off + sizeof value, v.size());
+  std::memcpy(v.data() + off, &value, sizeof value);
+}
+
+template <class T>
+T peek(const std::vector<std::byte>& v, size_t off) {
+  T t;
+  std::memcpy(&t, v.data() + off, sizeof t);
+  return t;
+}
+
+TEST(ModuleImage, NvccOutputPasses) {
+  std::string why;
+  for (const char* var : {"ORDO_TEST_FATBIN", "ORDO_TEST_FATBIN_COMPRESSED", "ORDO_TEST_CUBIN", "ORDO_TEST_PTX"}) {
+    const auto img = image(var);
+    EXPECT_TRUE(cuda::check_module_image(img, &why)) << var << ": " << why;
+  }
+  const auto builtins = cuda::builtin_image();
+  ASSERT_GE(builtins.size(), 16u);
+  EXPECT_EQ(std::memcmp(builtins.data(), "\x50\xed\x55\xba", 4), 0) << "the built-in kernels are not a fatbin";
+  EXPECT_TRUE(cuda::check_module_image(builtins, &why)) << why;
+}
+
+TEST(ModuleImage, TruncatedFatbinIsRejected) {
+  auto img = image("ORDO_TEST_FATBIN");
+  std::string why;
+  for (size_t n : {size_t{4}, size_t{15}, size_t{16}, img.size() / 2, img.size() - 1}) {
+    std::vector<std::byte> cut(img.begin(), img.begin() + n);
+    EXPECT_FALSE(cuda::check_module_image(cut, &why)) << "cut at " << n;
+  }
+}
+
+TEST(ModuleImage, ForgedFatbinSizesAreRejected) {
+  const auto good = image("ORDO_TEST_FATBIN");
+  std::string why;
+  auto img = good;
+  poke<uint64_t>(img, 8, ~uint64_t{0});  // total size
+  EXPECT_FALSE(cuda::check_module_image(img, &why));
+  img = good;
+  poke<uint16_t>(img, 6, 8);  // header smaller than itself
+  EXPECT_FALSE(cuda::check_module_image(img, &why));
+  img = good;
+  const uint16_t hdr = peek<uint16_t>(good, 6);
+  poke<uint64_t>(img, hdr + 8, uint64_t{1} << 62);  // first entry's payload
+  EXPECT_FALSE(cuda::check_module_image(img, &why)) << why;
+  img = good;
+  poke<uint32_t>(img, hdr + 4, 0xffffffffu);  // first entry's header
+  EXPECT_FALSE(cuda::check_module_image(img, &why));
+}
+
+TEST(ModuleImage, ForgedCubinHeadersAreRejected) {
+  const auto good = image("ORDO_TEST_CUBIN");
+  std::string why;
+  auto img = good;
+  poke<uint64_t>(img, 0x28, good.size());  // section headers start at the end
+  EXPECT_FALSE(cuda::check_module_image(img, &why));
+  img = good;
+  poke<uint16_t>(img, 0x3c, 0xffff);  // too many sections
+  EXPECT_FALSE(cuda::check_module_image(img, &why));
+  img = good;
+  poke<uint64_t>(img, 0x20, ~uint64_t{0} - 8);  // program headers wrap around
+  EXPECT_FALSE(cuda::check_module_image(img, &why));
+  // One section whose contents run past the end.
+  img = good;
+  const uint64_t shoff = peek<uint64_t>(good, 0x28);
+  const uint16_t shentsize = peek<uint16_t>(good, 0x3a), shnum = peek<uint16_t>(good, 0x3c);
+  bool forged = false;
+  for (uint16_t i = 1; i < shnum && !forged; ++i) {
+    const size_t sh = shoff + size_t{i} * shentsize;
+    if (peek<uint32_t>(good, sh + 4) == 8) continue;  // NOBITS: no bytes in the file
+    poke<uint64_t>(img, sh + 0x20, good.size());
+    forged = true;
+  }
+  ASSERT_TRUE(forged);
+  EXPECT_FALSE(cuda::check_module_image(img, &why));
+  EXPECT_FALSE(cuda::check_module_image(std::vector<std::byte>(good.begin(), good.begin() + 40), &why));
+}
+
+}  // namespace
+}  // namespace ordo::test
