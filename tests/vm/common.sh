@@ -23,7 +23,21 @@ mkdir -p "$tmp/root/bin" "$tmp/root/proc" "$tmp/root/sys" "$tmp/root/dev"
 cp /bin/busybox "$tmp/root/bin/busybox"
 cp "$src/init" "$tmp/root/init" && chmod +x "$tmp/root/init"
 cp "$guest" "$tmp/root/ordo-vm-guest"
-(cd "$tmp/root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 > "$tmp/initrd.gz")
+
+stage_program() {  # SRC DEST: a dynamically linked program and the libraries ldd finds for it
+  mkdir -p "$tmp/root/$(dirname "$2")"
+  cp "$1" "$tmp/root/$2"
+  local lib
+  for lib in $(ldd "$1" | grep -o '/[^ ]*'); do
+    mkdir -p "$tmp/root/$(dirname "$lib")"
+    cp -L "$lib" "$tmp/root/$lib"
+  done
+}
+
+# After staging: the init runs /ordo-vm-guest, then /extra.sh if there is one.
+make_initrd() {
+  (cd "$tmp/root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 > "$tmp/initrd.gz")
+}
 
 start_worker() {  # NAME [WORKER-ARGS...]: sets region_NAME and worker_NAME; log in $tmp/NAME.worker.log
   local name=$1 region=/dev/shm/ordo-vm-$$-$1

@@ -1,16 +1,47 @@
 #!/usr/bin/env bash
 # ivshmem-doorbell mode against plain mode, in real QEMU guests (TCG).
-#   vm_doorbell_test.sh ORDO_WORKER ORDO_IVSHMEM_SERVER ORDO_VM_GUEST
+#   vm_doorbell_test.sh ORDO_WORKER ORDO_IVSHMEM_SERVER ORDO_VM_GUEST [SHIM_DIR TWINS CUDA_PROGRAM...]
 # Worker D joins an ordo-ivshmem-server and sleeps up to 3 s when idle; VM D has
 # an ivshmem-doorbell device on that server. Worker P serves VM P's
 # ivshmem-plain device and polls every 20 ms when idle. Both guests run the quick
 # checks and 20 sync calls after 50 ms of idling each, one guest after the other. D passes only if its
 # worker was woken by the guest's doorbell for those calls (with a 3 s sleep,
 # a missed ring would cost seconds per call and show no doorbell wake-ups).
-# Also prints each idle worker's CPU use. Exits 77 when QEMU etc. are missing.
+# Also prints each idle worker's CPU use. With the CUDA arguments, VM D then runs
+# unmodified nvcc-built programs through ordo's libcudart.so.13 (worker D loads
+# their kernel twins): a CUDA program in a real guest. Exits 77 when QEMU etc.
+# are missing.
 set -uo pipefail
 worker=$1 server=$2 guest=$3
+shift 3
 source "$(dirname "$0")/common.sh"
+cuda_worker_args=()
+cuda_progs=()
+if [ $# -ge 3 ]; then
+  shim_dir=$1 twins=$2
+  shift 2
+  cuda_worker_args=(--sim-kernels "$twins")
+  # The shim dlopens libzstd for compressed fatbin entries.
+  zstd=$(ldconfig -p | awk '/libzstd\.so\.1 / {print $NF; exit}')
+  stage_program "$shim_dir/libcudart.so.13" /lib/ordo/libcudart.so.13
+  [ -n "$zstd" ] && cp -L "$zstd" "$tmp/root/lib/ordo/libzstd.so.1"
+  {
+    echo '#!/bin/sh'
+    echo 'grep -q -- --cuda /proc/cmdline || exit 0'
+    for prog in "$@"; do
+      name=$(basename "$prog")
+      stage_program "$prog" "/cuda/$name"
+      arg=; [ "$name" = seed ] && arg=10
+      echo "echo \"ordo-vm: cuda program $name\""
+      echo "ORDO_REGION=ivshmem LD_LIBRARY_PATH=/lib/ordo /cuda/$name $arg > /out 2>&1; rc=\$?"
+      echo "sed 's/^/ordo-vm:   /' /out"
+      echo "echo \"ordo-vm: cuda $name exit \$rc\""
+      cuda_progs+=("$name")
+    done
+  } > "$tmp/root/extra.sh"
+  chmod +x "$tmp/root/extra.sh"
+fi
+make_initrd
 
 sock=$tmp/ivshmem.sock
 region_d=/dev/shm/ordo-vm-$$-d
@@ -19,7 +50,7 @@ pids+=($!)
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 [ -S "$sock" ] || { echo "FAIL: ordo-ivshmem-server did not start"; cat "$tmp/server.log"; exit 1; }
 
-start_worker d --ivshmem-server "$sock" --max-sleep 3000
+start_worker d --ivshmem-server "$sock" --max-sleep 3000 "${cuda_worker_args[@]}"
 start_worker p
 grep -q 'ivshmem peer' "$tmp/d.worker.log" || { echo "FAIL: worker D did not join the server"; cat "$tmp/d.worker.log"; exit 1; }
 
@@ -31,7 +62,7 @@ d1=$(cpu_ticks "$worker_d") p1=$(cpu_ticks "$worker_p")
 echo "== idle CPU over 5 s: doorbell worker $(( (d1 - d0) * 1000 / hz / 5 )) ms/s, plain worker $(( (p1 - p0) * 1000 / hz / 5 )) ms/s"
 
 # One at a time: two TCG guests and their workers on 2 cores would measure each other.
-boot d "--quick,--idle,20" -chardev socket,path="$sock",id=ivs -device ivshmem-doorbell,chardev=ivs,vectors=1
+boot d "--quick,--idle,20,--cuda" -chardev socket,path="$sock",id=ivs -device ivshmem-doorbell,chardev=ivs,vectors=1
 rc_d=$?
 boot p "--quick,--idle,20" $(plain "$region_p")
 rc_p=$?
@@ -45,6 +76,10 @@ wait "$worker_d" "$worker_p" 2>/dev/null
 fail=0
 grep -aq 'ordo-vm: RESULT PASS' "$tmp/d.vm.log" || { echo "FAIL: VM D did not pass (qemu rc $rc_d)"; tail -n 30 "$tmp/d.vm.log"; fail=1; }
 grep -aq 'ordo-vm: RESULT PASS' "$tmp/p.vm.log" || { echo "FAIL: VM P did not pass (qemu rc $rc_p)"; tail -n 30 "$tmp/p.vm.log"; fail=1; }
+for name in "${cuda_progs[@]}"; do
+  grep -aq "ordo-vm: cuda $name exit 0" "$tmp/d.vm.log" ||
+    { echo "FAIL: CUDA program $name did not pass in VM D"; fail=1; }
+done
 wakeups() { grep '^{' "$tmp/$1.worker.log" | tail -n 1 | sed -n 's/.*"doorbell_wakeups":\([0-9]*\).*/\1/p'; }
 wd=$(wakeups d) wp=$(wakeups p)
 echo "== doorbell wake-ups: worker D ${wd:-?}, worker P ${wp:-?}"

@@ -10,6 +10,7 @@
 set -uo pipefail
 worker=$1 guest=$2
 source "$(dirname "$0")/common.sh"
+make_initrd
 
 start_worker a
 start_worker b
