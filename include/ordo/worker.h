@@ -113,7 +113,8 @@ class Worker {
   Status resolve(MemKind kind, uint32_t ring, uint64_t addr, uint64_t size, MemOperand* out);
   Status check_device_range(uint64_t addr, uint64_t size) const;
   Status event_index(uint64_t handle, uint32_t* index) const;
-  void reply(uint32_t slot, uint64_t seq, Status s, uint64_t r0 = 0, uint64_t r1 = 0);
+  static constexpr uint64_t kCurrentEpoch = ~uint64_t{0};
+  void reply(uint32_t slot, uint64_t seq, Status s, uint64_t r0 = 0, uint64_t r1 = 0, uint64_t epoch = kCurrentEpoch);
   void async_error(const OpTag& tag, Status s);
   void log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why);
   uint64_t tail_of(uint32_t r) const;
@@ -140,6 +141,7 @@ class Worker {
   std::mt19937_64 chaos_rng_;
   std::atomic<bool> stop_{false};
   mutable std::mutex error_mu_;  // slot writes (errors, replies) come from backend threads too
+  uint64_t session_epoch_ = 0;    // under error_mu_: bumped per reset, so late callbacks of a past session write nothing
   // Written by the dispatch thread (errors also by backend threads), read by stats().
   struct Counters {
     std::array<std::atomic<uint64_t>, kOpCount> ops{};

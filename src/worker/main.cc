@@ -122,8 +122,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
     return 1;
   }
-  // Copies name host memory inside the region only; the cuda backend pins it.
-  backend->register_host_memory(region->base(), region->size());
   std::unique_ptr<ordo::DoorbellWaiter> bell;
   if (doorbell) {
     bell = ordo::DoorbellWaiter::listen(ordo::doorbell_path(region_path), &err);

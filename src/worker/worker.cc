@@ -41,6 +41,8 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
   rings_[kLegacyRing].created = true;
   if (opt_.trace) tracer_ = std::make_unique<Tracer>();
   backend_.set_error_sink([this](const OpTag& tag, Status s) { async_error(tag, s); });
+  // Copies name host memory inside the region only; the cuda backend pins it.
+  backend_.register_host_memory(region_.base(), region_.size());
   RegionHeader* h = region_.header();
   h->heartbeat_ns.store(now_ns(), std::memory_order_relaxed);
   h->worker_state.store(uint32_t(WorkerState::kServing), std::memory_order_release);
@@ -300,10 +302,12 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
   }
 }
 
-void Worker::reply(uint32_t s, uint64_t seq, Status st, uint64_t r0, uint64_t r1) {
+void Worker::reply(uint32_t s, uint64_t seq, Status st, uint64_t r0, uint64_t r1, uint64_t epoch) {
   // Backend threads answer EventSynchronize; the dispatch thread answers the
   // rest. A guest that posts without waiting could make both write one slot.
   std::lock_guard lock(error_mu_);
+  // A wait of a session that has since ended: its slot may be a new guest's now.
+  if (epoch != kCurrentEpoch && epoch != session_epoch_) return;
   ReplySlot& slot = region_.slot(s);
   slot.status = int32_t(st);
   slot.result[0] = r0;
@@ -448,7 +452,12 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       uint32_t idx;
       if (Status st = event_index(e.arg[0], &idx); !ok(st)) return reply(s, seq, st);
       // Completes from a backend thread: the dispatch thread never waits on the device.
-      backend_.event_notify(idx, [this, s, seq] { reply(s, seq, Status::kSuccess); });
+      uint64_t epoch;
+      {
+        std::lock_guard lock(error_mu_);
+        epoch = session_epoch_;
+      }
+      backend_.event_notify(idx, [this, s, seq, epoch] { reply(s, seq, Status::kSuccess, 0, 0, epoch); });
       return;
     }
     case Op::EventElapsed: {
@@ -543,6 +552,10 @@ void Worker::reset_session() {
   for (auto& rs : rings_) rs = RingState{};
   rings_[kLegacyRing].created = true;
   for (auto& ss : slots_) ss = SlotState{};
+  {
+    std::lock_guard lock(error_mu_);
+    ++session_epoch_;
+  }
   staged_slots_ = 0;
   attached_ = 0;
   region_.header()->attached_session.store(0, std::memory_order_release);
