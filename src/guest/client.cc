@@ -362,7 +362,9 @@ void Client::legacy_edges(Ring& g, uint32_t r, std::vector<Edge>* edges) {
 }
 
 uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, Entry e, EventState* ev) {
-  std::vector<Edge> edges;
+  // Reused per thread: no heap allocation per entry once it has grown.
+  thread_local std::vector<Edge> edges;
+  edges.clear();
   const Order order = info(static_cast<Op>(e.op)).order;
   std::unique_lock<std::mutex> ev_lock;
   if (ev) ev_lock = std::unique_lock(ev->mu);
