@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <boost/container/small_vector.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -123,7 +124,8 @@ class Client {
   // Appends `e` (with edges for its op's ordering role) to ring `r`; caller holds r.mu.
   uint64_t push_locked(ThreadState& t, Ring& g, uint32_t r, Entry e, EventState* ev);
   void write_entry(Ring& g, uint32_t r, const Entry& e);
-  void legacy_edges(Ring& g, uint32_t r, std::vector<Edge>* edges);
+  using EdgeList = boost::container::small_vector<Edge, 16>;
+  void legacy_edges(Ring& g, uint32_t r, EdgeList* edges);
   bool alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset);
   void reclaim_staging(Ring& g, uint32_t r);
   uint64_t push_fence_locked(ThreadState& t, Ring& g, uint32_t r);

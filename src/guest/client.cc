@@ -217,7 +217,10 @@ Client::ThreadState& Client::thread() {
     t->error_seen = s.error_seq.load(std::memory_order_acquire);
   }
   auto [pos, _] = t_states.emplace(id_, std::unique_ptr<void, void (*)(void*)>(
-                                            t, [](void* p) { delete static_cast<ThreadState*>(p); }));
+                                            t, [](void* p) {
+                                              if (t_last_state == p) t_last_id = 0, t_last_state = nullptr;
+                                              delete static_cast<ThreadState*>(p);
+                                            }));
   t_last_id = id_;
   t_last_state = pos->second.get();
   return *static_cast<ThreadState*>(t_last_state);
@@ -339,7 +342,7 @@ void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
   notify_worker();
 }
 
-void Client::legacy_edges(Ring& g, uint32_t r, std::vector<Edge>* edges) {
+void Client::legacy_edges(Ring& g, uint32_t r, EdgeList* edges) {
   if (r == kLegacyRing) {
     // Legacy stream work follows everything published on blocking streams.
     for (uint32_t q = 1; q < rings_.size(); ++q) {
@@ -362,9 +365,10 @@ void Client::legacy_edges(Ring& g, uint32_t r, std::vector<Edge>* edges) {
 }
 
 uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, Entry e, EventState* ev) {
-  // Reused per thread: no heap allocation per entry once it has grown.
-  thread_local std::vector<Edge> edges;
-  edges.clear();
+  // Inline storage: no heap allocation unless an entry needs more than 16 edges.
+  // (Not a reused thread_local vector: a thread_local with a destructor is gone
+  // before the static destructors and atexit handlers that may still push.)
+  EdgeList edges;
   const Order order = info(static_cast<Op>(e.op)).order;
   std::unique_lock<std::mutex> ev_lock;
   if (ev) ev_lock = std::unique_lock(ev->mu);

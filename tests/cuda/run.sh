@@ -44,7 +44,7 @@ start_worker() {
 
 # A sanitizer build of the shim inside an uninstrumented nvcc program: the
 # sanitizer runtime has to be loaded first.
-preload=$(ldd "$shim/libcudart.so.13" | awk '/lib(asan|ubsan)\.so/ {print $3}' | tr '\n' ':')
+preload=$(ldd "$shim/libcudart.so.13" | awk '/lib(asan|ubsan|tsan)\.so/ {print $3}' | tr '\n' ':')
 
 run_prog() {  # run_prog [ENV=V...] ARGS: runs the program through the shim, output to $log
   env ORDO_REGION="$region" LD_LIBRARY_PATH="$shim" LD_PRELOAD="$preload" "$@" >"$log" 2>&1
