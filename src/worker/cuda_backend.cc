@@ -52,7 +52,6 @@ namespace {
 constexpr uint32_t kMaxStreams = 256;  // stream ids are ring indices (kMaxRings)
 constexpr uint32_t kMaxEvents = 65536;
 constexpr size_t kMaxModules = 4096;  // live at once
-constexpr uint32_t kMaxKernels = 1u << 20;
 constexpr uint32_t kMaxNotifyStreams = 64;  // one per guest thread that can wait at once (slot_count)
 constexpr uint64_t kMaxBlockThreads = 1024;
 constexpr size_t kMaxParams = 4096;         // the driver allows 32764 bytes of parameters
@@ -79,27 +78,36 @@ T load_le(const std::byte* p) {
 
 }  // namespace
 
-// A fatbin or cubin tells the driver its own size; the driver trusts it. Reject
-// any image whose stated sizes run past the bytes the guest actually sent, so a
-// hostile header cannot make the driver read beyond our copy. PTX (text) needs
-// no check: our copy always ends in a NUL.
+// cuModuleLoadData takes a bare pointer and guesses the format from the bytes,
+// so only the formats we can check get through: a fatbin container, a 64-bit
+// ELF cubin, or PTX text. Anything else is refused, in particular nvcc's
+// fatbin wrapper (magic 0x466243b1), which holds a pointer to the fatbin: the
+// driver would follow an address chosen by the guest. A fatbin or cubin tells
+// the driver its own sizes and the driver trusts them, so every stated size
+// must stay inside the bytes the guest actually sent.
 bool check_module_image(std::span<const std::byte> img, std::string* why) {
   const uint64_t n = img.size();
   auto fail = [&](const char* w) {
     *why = w;
     return false;
   };
-  if (n >= 4 && load_le<uint32_t>(img.data()) == 0xBA55ED50u) {  // fatbin
+  const uint32_t magic = n >= 4 ? load_le<uint32_t>(img.data()) : 0;
+  if (magic == 0xBA55ED50u) {  // fatbin
     if (n < 16) return fail("fatbin header truncated");
     const uint64_t hdr = load_le<uint16_t>(img.data() + 6);
     const uint64_t body = load_le<uint64_t>(img.data() + 8);
     if (hdr < 16 || hdr > n || body > n - hdr) return fail("fatbin size runs past the image");
-    // Entries: u16 kind, u16 flags, u32 header size, u64 payload size, ...
+    // Entries: u16 kind, u16 version, u32 header size, u64 payload size, u32
+    // compressed size, ... The driver reads every entry header up to +63
+    // (flags at +40, uncompressed size at +56) whatever size it states.
     for (uint64_t off = hdr, end = hdr + body; off < end;) {
-      if (end - off < 16) return fail("fatbin entry header truncated");
+      if (end - off < 64) return fail("fatbin entry header truncated");
       const uint64_t eh = load_le<uint32_t>(img.data() + off + 4);
       const uint64_t ep = load_le<uint64_t>(img.data() + off + 8);
-      if (eh < 16 || eh > end - off || ep > end - off - eh) return fail("fatbin entry runs past the image");
+      const uint64_t ec = load_le<uint32_t>(img.data() + off + 16);
+      if (eh < 64) return fail("fatbin entry header smaller than 64 bytes");
+      if (eh > end - off || ep > end - off - eh) return fail("fatbin entry runs past the image");
+      if (ec > ep) return fail("fatbin entry's compressed size runs past its payload");
       off += eh + ep;
     }
     return true;
@@ -120,6 +128,16 @@ bool check_module_image(std::span<const std::byte> img, std::string* why) {
       if (type != 8 /* SHT_NOBITS */ && (off > n || size > n - off)) return fail("ELF section runs past the image");
     }
     return true;
+  }
+  if (magic == 0x466243b1u)
+    return fail("fatbin wrapper (__fatBinC_Wrapper_t): it points at memory outside the image; send the fatbin itself");
+  // PTX: text, optionally NUL-terminated (load_module terminates its copy).
+  const uint64_t text = n > 0 && img[n - 1] == std::byte{0} ? n - 1 : n;
+  if (text == 0) return fail("empty module image");
+  for (uint64_t i = 0; i < text; ++i) {
+    const uint8_t c = uint8_t(img[i]);
+    if ((c < 0x20 || c > 0x7e) && !(c >= '\t' && c <= '\r'))
+      return fail("not a fatbin, a 64-bit ELF cubin or PTX text (binary bytes in what would be PTX)");
   }
   return true;
 }
@@ -241,8 +259,9 @@ class CudaBackend final : public Backend {
     std::lock_guard lk(mu_);
     cudaStream_t s;
     if (!find_stream(stream, &s)) return Status::kInvalidResourceHandle;
-    if (p.kernel >= kernels_.size() || !kernels_[p.kernel].fn) return Status::kInvalidDeviceFunction;
-    const Kernel& k = kernels_[p.kernel];
+    uint32_t slot = 0;
+    if (!kernel_slots_.find(p.kernel, &slot) || !kernels_[slot].fn) return Status::kInvalidDeviceFunction;
+    const Kernel& k = kernels_[slot];
     // The driver reads as many parameter bytes as the kernel declares: a short
     // buffer would make it read past the guest's argument bytes.
     size_t size = p.args_size;
@@ -435,10 +454,14 @@ class CudaBackend final : public Backend {
     if (it == modules_.end()) return Status::kInvalidResourceHandle;
     CUmodule mod = it->second;
     modules_.erase(it);
-    // Kernel ids are never reused; a launch through a stale one fails cleanly.
-    for (auto& k : kernels_)
-      if (k.module == module) k.fn = nullptr;
-    std::erase_if(kernel_ids_, [&](const auto& kv) { return kv.first.first == module; });
+    // Its kernels' slots are free for reuse; their old ids stop launching (KernelIds).
+    auto first = kernel_ids_.lower_bound({module, std::string()}), last = first;
+    for (; last != kernel_ids_.end() && last->first.first == module; ++last) {
+      uint32_t slot = 0;
+      if (kernel_slots_.find(last->second, &slot)) kernels_[slot] = Kernel{};
+      kernel_slots_.release(last->second);
+    }
+    kernel_ids_.erase(first, last);
     return to_status(drv_.module_unload(mod));
   }
 
@@ -453,12 +476,12 @@ class CudaBackend final : public Backend {
       *kernel = it->second;  // repeated lookups do not grow the table
       return Status::kSuccess;
     }
-    if (kernels_.size() >= kMaxKernels) return Status::kMemoryAllocation;
+    if (kernel_slots_.full()) return Status::kMemoryAllocation;
     CUfunction fn = nullptr;
     CUresult r = drv_.module_get_function(&fn, mit->second, key.second.c_str());
     if (r == CUDA_ERROR_NOT_FOUND) return Status::kInvalidDeviceFunction;
     if (r != CUDA_SUCCESS) return to_status(r);
-    Kernel k{fn, module, 0, false};
+    Kernel k{fn, 0, false};
     if (drv_.func_get_param_info) {
       // The parameter buffer's size: the end of the last parameter.
       size_t i = 0, off = 0, sz = 0;
@@ -466,8 +489,11 @@ class CudaBackend final : public Backend {
         k.param_bytes = std::max(k.param_bytes, off + sz);
       k.param_bytes_known = i < kMaxParams;
     }
-    const uint32_t id = uint32_t(kernels_.size());
-    kernels_.push_back(k);
+    uint32_t id = 0, slot = 0;
+    kernel_slots_.acquire(&id);  // not full(): checked above
+    kernel_slots_.find(id, &slot);
+    if (slot >= kernels_.size()) kernels_.resize(slot + 1);
+    kernels_[slot] = k;
     kernel_ids_.emplace(std::move(key), id);
     *kernel = id;
     return Status::kSuccess;
@@ -481,8 +507,7 @@ class CudaBackend final : public Backend {
 
  private:
   struct Kernel {
-    CUfunction fn = nullptr;  // null once its module is unloaded
-    uint32_t module = 0;
+    CUfunction fn = nullptr;  // null while the slot is free
     size_t param_bytes = 0;
     bool param_bytes_known = false;
   };
@@ -611,11 +636,13 @@ class CudaBackend final : public Backend {
     if (c != ctx_ && drv_.ctx_set_current(ctx_) == CUDA_SUCCESS) c = ctx_;
   }
 
-  // Requires mu_. `image` is copied into a zero-padded, 8-byte aligned buffer:
-  // PTX text is then NUL-terminated within memory we own.
+  // Requires mu_. `image` is copied into an 8-byte aligned buffer with at least
+  // 64 zero bytes past its end: PTX text is then NUL-terminated within memory
+  // we own, and a fixed-size header the driver reads at the very end of a
+  // checked image (a fatbin entry's 64 bytes) cannot take it past our copy.
   Status load_module(std::span<const std::byte> image, CUmodule* out) {
     if (image.empty()) return Status::kInvalidValue;
-    std::vector<uint64_t> copy(image.size() / 8 + 2, 0);
+    std::vector<uint64_t> copy((image.size() + 7) / 8 + 8, 0);
     std::memcpy(copy.data(), image.data(), image.size());
     CUresult r = drv_.module_load_data(out, copy.data());
     return r == CUDA_SUCCESS ? Status::kSuccess : to_status(r);
@@ -713,8 +740,9 @@ class CudaBackend final : public Backend {
   std::array<OpTag, kMaxStreams> last_tag_{};        // guarded by mu_
   std::unordered_map<uint32_t, cudaEvent_t> events_;     // guarded by mu_
   std::unordered_map<uint32_t, CUmodule> modules_;       // guarded by mu_; 0 = built-in kernels
-  std::vector<Kernel> kernels_;                          // guarded by mu_; index = kernel id
-  std::map<std::pair<uint32_t, std::string>, uint32_t> kernel_ids_;  // guarded by mu_
+  KernelIds kernel_slots_;                               // guarded by mu_
+  std::vector<Kernel> kernels_;                          // guarded by mu_; index = kernel_slots_ slot
+  std::map<std::pair<uint32_t, std::string>, uint32_t> kernel_ids_;  // guarded by mu_; (module, name) -> id
   std::map<uint64_t, uint64_t> allocs_;                  // guarded by mu_; device address -> size
   std::vector<HostRange> host_ranges_;                   // guarded by mu_
   std::deque<std::unique_ptr<NotifyStream>> notify_;     // guarded by mu_

@@ -227,5 +227,99 @@ TEST(ModuleImage, ForgedCubinHeadersAreRejected) {
   EXPECT_FALSE(cuda::check_module_image(std::vector<std::byte>(good.begin(), good.begin() + 40), &why));
 }
 
+TEST(ModuleImage, FatbinEntryHeadersShorterThanTheDriverReadsAreRejected) {
+  const auto good = image("ORDO_TEST_FATBIN");
+  const uint16_t hdr = peek<uint16_t>(good, 6);
+  ASSERT_GE(peek<uint32_t>(good, hdr + 4), 64u);
+  std::string why;
+  // A 16-byte entry header whose payload still ends where the real entry did:
+  // the sizes add up, but the driver would read 48 bytes of payload as header.
+  auto img = good;
+  const uint64_t payload = peek<uint64_t>(good, hdr + 8) + peek<uint32_t>(good, hdr + 4) - 16;
+  poke<uint32_t>(img, hdr + 4, 16);
+  poke<uint64_t>(img, hdr + 8, payload);
+  EXPECT_FALSE(cuda::check_module_image(img, &why));
+  EXPECT_NE(why.find("smaller than 64"), std::string::npos) << why;
+  // A compressed size beyond the entry's payload.
+  img = good;
+  poke<uint32_t>(img, hdr + 16, uint32_t(peek<uint64_t>(good, hdr + 8) + 1));
+  EXPECT_FALSE(cuda::check_module_image(img, &why));
+  // A container whose last entry has fewer than 64 header bytes left.
+  img = good;
+  poke<uint64_t>(img, 8, 40);
+  EXPECT_FALSE(cuda::check_module_image(img, &why));
+}
+
+std::vector<std::byte> bytes(std::string_view s) {
+  std::vector<std::byte> v(s.size());
+  std::memcpy(v.data(), s.data(), s.size());
+  return v;
+}
+
+TEST(ModuleImage, FatbinWrapperIsRejected) {
+  // __fatBinC_Wrapper_t: magic, version, then a pointer the driver would follow.
+  std::vector<std::byte> img(24);
+  poke<uint32_t>(img, 0, 0x466243b1u);
+  poke<uint32_t>(img, 4, 1);
+  poke<uint64_t>(img, 8, 0x7f0000001000u);
+  std::string why;
+  EXPECT_FALSE(cuda::check_module_image(img, &why));
+  EXPECT_NE(why.find("wrapper"), std::string::npos) << why;
+}
+
+TEST(ModuleImage, OnlyPtxTextPassesAsText) {
+  std::string why;
+  const std::string ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\t// a comment\r\n";
+  EXPECT_TRUE(cuda::check_module_image(bytes(ptx), &why)) << why;
+  EXPECT_TRUE(cuda::check_module_image(bytes(ptx + '\0'), &why)) << why;  // NUL-terminated
+  EXPECT_FALSE(cuda::check_module_image(bytes(std::string_view(".version 8.0\0.target sm_90\n", 27)), &why));
+  EXPECT_FALSE(cuda::check_module_image(bytes(ptx + "\x01\x02"), &why));
+  EXPECT_FALSE(cuda::check_module_image(bytes(ptx + "\xb1"), &why));
+  EXPECT_FALSE(cuda::check_module_image(bytes(std::string(1, '\0')), &why));
+  // Bytes that are none of the three formats.
+  std::vector<std::byte> junk(4096);
+  uint32_t x = 12345;
+  for (auto& b : junk) b = std::byte((x = x * 1103515245u + 12345u) >> 24);
+  EXPECT_FALSE(cuda::check_module_image(junk, &why));
+  // A 32-bit ELF is not a cubin.
+  auto elf32 = image("ORDO_TEST_CUBIN");
+  elf32[4] = std::byte{1};
+  EXPECT_FALSE(cuda::check_module_image(elf32, &why));
+}
+
+// ---------------------------------------------------------------- kernel ids
+
+TEST(KernelIds, ReleasedSlotsAreReusedAndOldIdsStopResolving) {
+  cuda::KernelIds ids(2);
+  uint32_t a = 0, b = 0, c = 0, slot = 0;
+  ASSERT_TRUE(ids.acquire(&a));
+  ASSERT_TRUE(ids.acquire(&b));
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(ids.full());
+  EXPECT_FALSE(ids.acquire(&c));
+  ids.release(a);
+  EXPECT_FALSE(ids.find(a, &slot));  // the slot is free
+  ASSERT_TRUE(ids.acquire(&c));      // a long-running worker does not run out
+  EXPECT_NE(c, a);
+  EXPECT_FALSE(ids.find(a, &slot));  // reused: the stale id still does not resolve
+  ASSERT_TRUE(ids.find(c, &slot));
+  EXPECT_EQ(slot, a & (cuda::KernelIds::kMaxSlots - 1));
+  ids.release(a);  // stale: ignored
+  EXPECT_TRUE(ids.find(c, &slot));
+  EXPECT_FALSE(ids.find(0xffffffffu, &slot));
+}
+
+TEST(KernelIds, ManyLoadUnloadCyclesNeverExhaustTheIds) {
+  cuda::KernelIds ids(4);
+  uint32_t slot = 0;
+  for (int round = 0; round < 10000; ++round) {
+    uint32_t got[4];
+    for (uint32_t& id : got) ASSERT_TRUE(ids.acquire(&id)) << round;
+    for (uint32_t id : got) ASSERT_TRUE(ids.find(id, &slot));
+    for (uint32_t id : got) ids.release(id);
+    for (uint32_t id : got) EXPECT_FALSE(ids.find(id, &slot));
+  }
+}
+
 }  // namespace
 }  // namespace ordo::test
