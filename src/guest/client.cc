@@ -243,6 +243,16 @@ Status Client::finish(ThreadState& t, Status own) {
   return result;
 }
 
+Status Client::finish_own(ThreadState& t, Status own) {
+  // Calls that create something answer for themselves: mixing in an earlier
+  // async error would report a failure for a handle that exists (and leaks),
+  // and callers that cache a lookup's result would keep that error forever.
+  // The async error stays pending for the thread's next call.
+  if (lost_.load(std::memory_order_relaxed)) own = Status::kDevicesUnavailable;
+  if (!ok(own) && own != Status::kNotReady) t.last_error = own;
+  return own;
+}
+
 Status Client::get_last_error() {
   ThreadState& t = thread();
   Status s = finish(t, Status::kSuccess);
@@ -461,13 +471,13 @@ Status Client::stream_op(Stream s, Entry e, EventState* ev) {
 
 Status Client::stream_create(Stream* out, uint64_t flags, int priority) {
   ThreadState& t = thread();
-  if (!out || (flags & ~kStreamNonBlocking)) return finish(t, Status::kInvalidValue);
+  if (!out || (flags & ~kStreamNonBlocking)) return finish_own(t, Status::kInvalidValue);
   uint32_t r = 0;
   {
     std::lock_guard lock(rings_mu_);
     for (uint32_t q = 1; q < rings_.size() && !r; ++q)
       if (!rings_[q]->open.load()) r = q;
-    if (!r) return finish(t, Status::kLaunchOutOfResources);
+    if (!r) return finish_own(t, Status::kLaunchOutOfResources);
     Ring& g = *rings_[r];
     std::lock_guard rl(g.mu);
     g.blocking.store(!(flags & kStreamNonBlocking));
@@ -485,7 +495,7 @@ Status Client::stream_create(Stream* out, uint64_t flags, int priority) {
     push_locked(t, g, r, e, nullptr);
   }
   *out = {r, g.generation.load()};
-  return finish(t, Status::kSuccess);
+  return finish_own(t, Status::kSuccess);
 }
 
 Status Client::release_ring(ThreadState& t, uint32_t r) {
@@ -550,15 +560,15 @@ Client::EventState* Client::event_of(Event e) {
 
 Status Client::event_create(Event* out, uint32_t flags) {
   ThreadState& t = thread();
-  if (!out) return finish(t, Status::kInvalidValue);
+  if (!out) return finish_own(t, Status::kInvalidValue);
   Entry e{};
   e.op = uint16_t(Op::EventCreate);
   e.arg[0] = flags;
   uint64_t h = 0;
   Status s = call(e, &h);
-  if (!ok(s)) return finish(t, s);
+  if (!ok(s)) return finish_own(t, s);
   const uint32_t idx = uint32_t(h);
-  if (idx >= 65536) return finish(t, Status::kIllegalState);
+  if (idx >= 65536) return finish_own(t, Status::kIllegalState);
   std::lock_guard lock(events_mu_);
   EventState* ev = events_[idx].load();
   if (!ev) {
@@ -570,7 +580,7 @@ Status Client::event_create(Event* out, uint32_t flags) {
   ev->recorded = false;
   ev->waits.clear();
   out->handle = h;
-  return finish(t, Status::kSuccess);
+  return finish_own(t, Status::kSuccess);
 }
 
 Status Client::event_destroy(Event e) {
@@ -670,11 +680,11 @@ Status Client::event_elapsed(float* ms, Event start, Event end) {
 
 Status Client::malloc(uint64_t* device_addr, uint64_t size) {
   ThreadState& t = thread();
-  if (!device_addr) return finish(t, Status::kInvalidValue);
+  if (!device_addr) return finish_own(t, Status::kInvalidValue);
   Entry e{};
   e.op = uint16_t(Op::Malloc);
   e.arg[0] = size;
-  return finish(t, call(e, device_addr));
+  return finish_own(t, call(e, device_addr));
 }
 
 Status Client::free(uint64_t device_addr) {
@@ -689,12 +699,12 @@ Status Client::free(uint64_t device_addr) {
 
 Status Client::malloc_host(void** ptr, uint64_t size) {
   ThreadState& t = thread();
-  if (!ptr) return finish(t, Status::kInvalidValue);
+  if (!ptr) return finish_own(t, Status::kInvalidValue);
   std::lock_guard lock(heap_->mu);
   void* p = heap_->buf ? heap_->buf->allocate_aligned(size ? size : 1, 64, std::nothrow) : nullptr;
-  if (!p) return finish(t, Status::kMemoryAllocation);
+  if (!p) return finish_own(t, Status::kMemoryAllocation);
   *ptr = p;
-  return finish(t, Status::kSuccess);
+  return finish_own(t, Status::kSuccess);
 }
 
 Status Client::free_host(void* ptr) {
@@ -822,20 +832,20 @@ Status Client::memcpy_d2h(void* dst, uint64_t src, uint64_t size) {
 
 Status Client::kernel_lookup(uint32_t module, const std::string& name, uint32_t* kernel) {
   ThreadState& t = thread();
-  if (!kernel || name.empty() || name.size() >= kSlotPayload) return finish(t, Status::kInvalidValue);
+  if (!kernel || name.empty() || name.size() >= kSlotPayload) return finish_own(t, Status::kInvalidValue);
   Entry e{};
   e.op = uint16_t(Op::KernelLookup);
   e.arg[0] = module;
   uint64_t id = 0;
   Status s = call(e, &id, nullptr, &name);
   if (ok(s)) *kernel = uint32_t(id);
-  return finish(t, s);
+  return finish_own(t, s);
 }
 
 Status Client::module_load(const void* image, uint64_t size, uint32_t* module) {
   ThreadState& t = thread();
-  if (!image || !module || size == 0) return finish(t, Status::kInvalidValue);
-  if (size > kMaxModuleImage) return finish(t, Status::kInvalidKernelImage);
+  if (!image || !module || size == 0) return finish_own(t, Status::kInvalidValue);
+  if (size > kMaxModuleImage) return finish_own(t, Status::kInvalidKernelImage);
   // The image travels through the pinned heap: one request, however large.
   void* staged = nullptr;
   if (Status s = malloc_host(&staged, size); !ok(s)) return s;
@@ -851,7 +861,7 @@ Status Client::module_load(const void* image, uint64_t size, uint32_t* module) {
     heap_->buf->deallocate(staged);
   }
   if (ok(s)) *module = uint32_t(id);
-  return finish(t, s);
+  return finish_own(t, s);
 }
 
 Status Client::module_unload(uint32_t module) {

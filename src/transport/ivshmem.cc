@@ -62,9 +62,11 @@ namespace {
 // One server message: a little-endian int64, maybe with one fd (SCM_RIGHTS).
 // Returns 1 on a message, 0 when none is waiting (nonblocking), -1 on EOF/error.
 int recv_message(int sock, bool block, int64_t* value, int* fd) {
+  *fd = -1;
   int64_t v = 0;
   iovec iov{&v, sizeof v};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  // Room for a few fds: a misbehaving server's extras are received, then closed.
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -75,12 +77,18 @@ int recv_message(int sock, bool block, int64_t* value, int* fd) {
     n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
   } while (n < 0 && errno == EINTR);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-  if (n != sizeof v) return -1;
-  *fd = -1;
+  if (n < 0) return -1;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
-      std::memcpy(fd, CMSG_DATA(c), sizeof(int));
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int got;
+      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+      if (*fd < 0 && n == sizeof v) *fd = got;
+      else ::close(got);
+    }
   }
+  if (n != sizeof v) return -1;
   *value = int64_t(le64toh(uint64_t(v)));
   return 1;
 }

@@ -131,5 +131,24 @@ TEST(Fatbin, GarbageIsRejectedWithoutReadingOutOfBounds) {
   }
 }
 
+TEST(Fatbin, PtxLayoutArithmeticIsBounded) {
+  KernelLayouts k;
+  std::string e;
+  // A 2^31 alignment used to wrap the 32-bit layout and put a parameter far
+  // outside the launch buffer.
+  EXPECT_FALSE(parse_ptx(".entry f(.param .align 2147483648 .b8 a[1], .param .align 2147483648 .b8 b[1],"
+                         " .param .align 2147483648 .b8 c[1]) {}",
+                         &k, &e));
+  EXPECT_FALSE(parse_ptx(".entry g(.param .align 8 .b8 a[40000]) {}", &k, &e)) << "over CUDA's 32764 bytes";
+  EXPECT_FALSE(parse_ptx(".entry h(.param .align 8 .b8 a[30000], .param .align 8 .b8 b[30000]) {}", &k, &e));
+  // After .ptr, .align is the pointee's alignment: the parameter stays 8-aligned.
+  KernelLayouts ok_layouts;
+  ASSERT_TRUE(parse_ptx(".entry p(.param .u32 n, .param .u64 .ptr .global .align 16 x) {}", &ok_layouts, &e)) << e;
+  const KernelLayout& l = ok_layouts.at("p");
+  ASSERT_EQ(l.params.size(), 2u);
+  EXPECT_EQ(l.params[1].offset, 8u);
+  EXPECT_EQ(l.size, 16u);
+}
+
 }  // namespace
 }  // namespace ordo::cudart

@@ -246,6 +246,9 @@ cudaError_t launch(Kernel* k, dim3 grid, dim3 block, void** args, size_t shared_
   if (shared_mem > UINT32_MAX) return ret(cudaErrorInvalidValue);
   const KernelLayout& l = *k->layout;
   if (!l.params.empty() && !args) return ret(cudaErrorInvalidValue);
+  if (l.size > ordo::cudart::kMaxParamBytes) return ret(cudaErrorInvalidKernelImage);
+  for (const auto& p : l.params)  // the layout comes from the program's fatbin: check, don't trust
+    if (uint64_t{p.offset} + p.size > l.size) return ret(cudaErrorInvalidKernelImage);
   // The packed parameter buffer (backend.h): each argument at its offset.
   std::byte small[256];
   std::vector<std::byte> big;

@@ -264,9 +264,13 @@ bool ptx_param(std::string_view decl, KernelParam* p, uint32_t* align) {
     while (i < decl.size() && !(decl[i] == ' ' || decl[i] == '\t' || decl[i] == '\n' || decl[i] == '\r')) ++i;
     return decl.substr(b, i - b);
   };
+  bool after_ptr = false;
   for (std::string_view t = next(); !t.empty(); t = next()) {
-    if (t == ".align") {
-      explicit_align = uint32_t(std::strtoul(std::string(next()).c_str(), nullptr, 10));
+    if (t == ".ptr") {
+      after_ptr = true;  // a later ".align N" is the pointee's alignment, not the parameter's
+    } else if (t == ".align") {
+      const auto a = uint32_t(std::strtoul(std::string(next()).c_str(), nullptr, 10));
+      if (!after_ptr) explicit_align = a;
     } else if (t.size() >= 3 && t[0] == '.' && (t[1] == 'b' || t[1] == 'u' || t[1] == 's' || t[1] == 'f') &&
                std::all_of(t.begin() + 2, t.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       elem = uint32_t(std::strtoul(std::string(t.substr(2)).c_str(), nullptr, 10)) / 8;
@@ -275,10 +279,10 @@ bool ptx_param(std::string_view decl, KernelParam* p, uint32_t* align) {
         count = uint32_t(std::strtoul(std::string(t.substr(lb + 1)).c_str(), nullptr, 10));
     }
   }
-  if (elem == 0 || count == 0 || count > (1u << 16)) return false;
+  if (elem == 0 || count == 0 || count > (1u << 16) || uint64_t{elem} * count > kMaxParamBytes) return false;
   p->size = elem * count;
   *align = explicit_align ? explicit_align : elem;
-  return *align && (*align & (*align - 1)) == 0;
+  return *align && *align <= 256 && (*align & (*align - 1)) == 0;
 }
 
 }  // namespace
@@ -314,6 +318,10 @@ bool parse_ptx(std::string_view ptx, KernelLayouts* out, std::string* error) {
         }
         p.offset = (k.size + align - 1) / align * align;
         k.size = p.offset + p.size;
+        if (k.size > kMaxParamBytes) {  // each term is bounded, so this cannot have wrapped
+          *error = "parameters of PTX entry " + std::string(name) + " exceed CUDA's 32764-byte limit";
+          return false;
+        }
         k.params.push_back(p);
       }
       pos = close;

@@ -38,6 +38,9 @@ struct KernelParam {
   uint32_t size = 0;
 };
 
+// CUDA's limit on a kernel's parameter bytes (since 12.1; 4 KiB before).
+inline constexpr uint32_t kMaxParamBytes = 32764;
+
 struct KernelLayout {
   std::vector<KernelParam> params;  // by ordinal
   uint32_t size = 0;                // end of the last parameter: the packed buffer's size
