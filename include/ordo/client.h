@@ -120,6 +120,7 @@ class Client {
   ThreadState& thread();
   Status check_async_error(ThreadState& t);
   Status finish(ThreadState& t, Status own);  // record last error, surface async errors
+  Status finish_own(ThreadState& t, Status own);  // record last error; async errors stay pending
   Ring* ring_of(Stream s);
   // Appends `e` (with edges for its op's ordering role) to ring `r`; caller holds r.mu.
   uint64_t push_locked(ThreadState& t, Ring& g, uint32_t r, Entry e, EventState* ev);

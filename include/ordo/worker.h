@@ -141,6 +141,7 @@ class Worker {
   std::mt19937_64 chaos_rng_;
   std::atomic<bool> stop_{false};
   mutable std::mutex error_mu_;  // slot writes (errors, replies) come from backend threads too
+  std::atomic<uint32_t> pending_notifies_{0};  // EventSynchronize callbacks not yet run
   uint64_t session_epoch_ = 0;    // under error_mu_: bumped per reset, so late callbacks of a past session write nothing
   // Written by the dispatch thread (errors also by backend threads), read by stats().
   struct Counters {

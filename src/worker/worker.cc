@@ -49,6 +49,8 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
 }
 
 Worker::~Worker() {
+  // EventSynchronize callbacks still queued in the backend point at this worker.
+  for (uint32_t n; (n = pending_notifies_.load(std::memory_order_acquire)) != 0;) pending_notifies_.wait(n);
   backend_.set_error_sink(nullptr);
   region_.header()->worker_state.store(uint32_t(WorkerState::kStopped), std::memory_order_release);
 }
@@ -457,7 +459,12 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
         std::lock_guard lock(error_mu_);
         epoch = session_epoch_;
       }
-      backend_.event_notify(idx, [this, s, seq, epoch] { reply(s, seq, Status::kSuccess, 0, 0, epoch); });
+      pending_notifies_.fetch_add(1, std::memory_order_relaxed);
+      backend_.event_notify(idx, [this, s, seq, epoch] {
+        reply(s, seq, Status::kSuccess, 0, 0, epoch);
+        // Last: once this reaches 0, ~Worker may run.
+        if (pending_notifies_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_notifies_.notify_all();
+      });
       return;
     }
     case Op::EventElapsed: {

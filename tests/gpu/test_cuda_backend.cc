@@ -379,7 +379,7 @@ TEST_F(CudaBackendTest, HostileLaunchesAndModulesAreRejected) {
   EXPECT_EQ(b_->module_unload(0), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->module_unload(5), Status::kInvalidResourceHandle);
 
-  // A kernel of an unloaded module is gone; ids are not reused.
+  // A kernel of an unloaded module is gone; its slot may be reused, under a new generation.
   sync(0);
   EXPECT_EQ(b_->module_unload(m), Status::kSuccess);
   EXPECT_EQ(launch(0, fill, FillArgs{d, 1, 0, 16}), Status::kInvalidDeviceFunction);

@@ -43,7 +43,9 @@ const char* error_description(int e);  // below
 // ---------------------------------------------------------------- the client
 
 std::once_flag g_attach_once;
-ordo::Client* g_client = nullptr;  // deleted by the library destructor, after the program's atexit handlers
+// Set once inside call_once; read without it by cudaGetLastError, which must not
+// attach. Deleted by the library destructor, after the program's atexit handlers.
+std::atomic<ordo::Client*> g_client{nullptr};
 cudaError_t g_attach_error = cudaErrorInitializationError;
 
 ordo::Client* client() {
@@ -64,17 +66,16 @@ ordo::Client* client() {
                    err.c_str(), int(g_attach_error));
       return;
     }
-    g_client = c.release();
+    g_client.store(c.release(), std::memory_order_release);
   });
-  return g_client;
+  return g_client.load(std::memory_order_acquire);
 }
 
 __attribute__((destructor)) void detach() {
   // Runs after the program's atexit handlers (__cudaUnregisterFatBinary), so
   // nothing uses the client any more; detaching frees this session's resources
   // in the worker at once instead of after a heartbeat timeout.
-  delete g_client;
-  g_client = nullptr;
+  delete g_client.exchange(nullptr, std::memory_order_acq_rel);
 }
 
 thread_local cudaError_t t_last = cudaSuccess;
@@ -442,7 +443,7 @@ cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void* func, dim3 grid, dim3 bl
 // ---- errors and versions
 
 cudaError_t CUDARTAPI cudaGetLastError(void) {
-  ordo::Client* c = g_client;
+  ordo::Client* c = g_client.load(std::memory_order_acquire);
   const Status async = c ? c->get_last_error() : Status::kSuccess;
   const cudaError_t e = t_last != cudaSuccess ? t_last : cudaError_t(async);
   t_last = cudaSuccess;
@@ -450,7 +451,7 @@ cudaError_t CUDARTAPI cudaGetLastError(void) {
 }
 
 cudaError_t CUDARTAPI cudaPeekAtLastError(void) {
-  ordo::Client* c = g_client;
+  ordo::Client* c = g_client.load(std::memory_order_acquire);
   const Status async = c ? c->peek_last_error() : Status::kSuccess;
   return t_last != cudaSuccess ? t_last : cudaError_t(async);
 }
