@@ -390,9 +390,3 @@ TEST_F(CudaBackendTest, HostileLaunchesAndModulesAreRejected) {
 
 }  // namespace
 }  // namespace ordo::test
-
-int main(int argc, char** argv) {
-  ordo::test::skip_without_gpu();
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -137,9 +137,3 @@ TEST(CudaWorker, CopiesOutsideTheGuestsAllocationsAreRejected) {
 
 }  // namespace
 }  // namespace ordo::test
-
-int main(int argc, char** argv) {
-  ordo::test::skip_without_gpu();
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
