@@ -31,6 +31,7 @@ struct Stream {
   uint32_t generation = 0;
 };
 inline constexpr Stream kLegacyStream{};
+inline constexpr uint32_t kNoRing = 0xffffffffu;  // a stream that could not be created
 
 // An event handle as the worker issued it.
 struct Event {
@@ -85,7 +86,8 @@ class Client {
   Status memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s);  // pageable dst: returns when done
   Status memcpy_d2d_async(uint64_t dst, uint64_t src, uint64_t size, Stream s);
   Status memset_async(uint64_t dst, uint8_t value, uint64_t size, Stream s);
-  // Synchronous copies: after everything issued before, on the legacy stream.
+  // Synchronous copies: legacy-stream work (after earlier legacy and blocking-stream
+  // work, as cudaMemcpy), and the call returns when the copy is done.
   Status memcpy_h2d(uint64_t dst, const void* src, uint64_t size);
   Status memcpy_d2h(void* dst, uint64_t src, uint64_t size);
 
@@ -101,6 +103,11 @@ class Client {
 
   // Device-wide.
   Status device_synchronize();
+  // Waits for everything that stream work issued now on `s` would follow: the
+  // stream, and the legacy stream's implicit synchronization (all blocking
+  // streams for the legacy stream; the legacy stream for a blocking one).
+  // Host-side stream work (host functions, host-to-host copies) runs after it.
+  Status stream_order_wait(Stream s);
   Status null_call();         // a sync round trip that does nothing (benchmarks)
   Status get_last_error();    // returns and clears this thread's last error
   Status peek_last_error();
@@ -131,7 +138,10 @@ class Client {
   void reclaim_staging(Ring& g, uint32_t r);
   uint64_t push_fence_locked(ThreadState& t, Ring& g, uint32_t r);
   Status wait_completed(uint32_t r, uint64_t pos);
-  Status call(Entry e, uint64_t* r0 = nullptr, uint64_t* r1 = nullptr, const std::string* payload = nullptr);
+  void fence_target(ThreadState& t, uint32_t r, std::vector<std::pair<uint32_t, uint64_t>>* targets);
+  Status wait_targets(ThreadState& t, const std::vector<std::pair<uint32_t, uint64_t>>& targets);
+  Status call(Entry e, uint64_t* r0 = nullptr, uint64_t* r1 = nullptr, const std::string* payload = nullptr,
+              void* reply_payload = nullptr, size_t reply_size = 0);
   Status wait_worker(const std::atomic<uint64_t>& word, uint64_t target);
   bool worker_alive();
   void notify_worker();
@@ -146,6 +156,10 @@ class Client {
   std::vector<std::unique_ptr<Ring>> rings_;
   std::mutex rings_mu_;  // ring allocation only
   std::shared_ptr<SlotPool> slots_;
+  uint32_t shared_slot_ = kNoSlot;  // async errors of threads without a permanent slot
+  std::mutex lease_mu_;
+  std::condition_variable lease_cv_;
+  std::vector<uint32_t> lease_free_;  // slots lent to those threads for one sync call
   std::unique_ptr<std::atomic<EventState*>[]> events_;
   std::mutex events_mu_;
   struct Heap;

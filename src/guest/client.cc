@@ -42,6 +42,10 @@ struct Client::Ring {
   uint64_t legacy_seen = 0;            // legacy positions already covered by an edge from this ring
   std::vector<uint64_t> covered;       // legacy ring only: per ring, positions already covered
   uint64_t fence_end = 0;              // position just past the last fence
+  // A destroyed stream's work still runs (CUDA defers the destroy): the ring
+  // is reused only once `completed` reaches the fence pushed before its
+  // StreamDestroy, and device-wide waits cover it until then.
+  uint64_t drain_to = 0;
   // Staging window: a byte FIFO released in ring order as entries complete.
   uint64_t stage_head = 0, stage_tail = 0, fence_stage = 0;
   std::deque<std::pair<uint64_t, uint64_t>> stage_marks;  // (position, stage_tail after it)
@@ -63,7 +67,8 @@ struct Client::SlotPool {
 
 struct Client::ThreadState {
   std::shared_ptr<SlotPool> pool;
-  uint32_t slot = kNoSlot;
+  uint32_t slot = kNoSlot;      // permanent reply slot, or kNoSlot: lease one per sync call
+  uint32_t err_slot = kNoSlot;  // where the worker reports this thread's async errors
   uint64_t seq = 0;
   uint64_t error_seen = 0;
   Status last_error = Status::kSuccess;
@@ -115,7 +120,17 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t s
   }
   rings_[kLegacyRing]->open.store(true);
   rings_[kLegacyRing]->covered.assign(l.ring_count, 0);
-  for (uint32_t s = l.slot_count; s-- > 0;) slots_->free.push_back(s);
+  // Slot partition: permanent slots for the first threads, a few lease slots
+  // for sync calls of the threads after them, and one shared error slot for
+  // those threads' async errors (ARCHITECTURE.md, "Threads and slots").
+  uint32_t permanent = l.slot_count;
+  if (l.slot_count >= 3) {
+    shared_slot_ = l.slot_count - 1;
+    const uint32_t lease = std::max<uint32_t>(1, l.slot_count / 8);
+    permanent = l.slot_count - 1 - lease;
+    for (uint32_t s = permanent; s < shared_slot_; ++s) lease_free_.push_back(s);
+  }
+  for (uint32_t s = permanent; s-- > 0;) slots_->free.push_back(s);
   slots_->client = this;
   for (uint32_t i = 0; i < 65536; ++i) events_[i].store(nullptr, std::memory_order_relaxed);
   if (l.heap_size >= 4096)
@@ -211,11 +226,12 @@ Client::ThreadState& Client::thread() {
       slots_->free.pop_back();
     }
   }
-  if (t->slot != kNoSlot) {
-    ReplySlot& s = region_->slot(t->slot);
-    t->seq = s.request_seq.load(std::memory_order_relaxed);
-    t->error_seen = s.error_seq.load(std::memory_order_acquire);
-  }
+  // Threads beyond the permanent slots send their async entries with the shared
+  // error slot and borrow a lease slot for each sync call (more threads than
+  // slots is normal: thread pools, one thread per request).
+  t->err_slot = t->slot != kNoSlot ? t->slot : shared_slot_;
+  if (t->slot != kNoSlot) t->seq = region_->slot(t->slot).request_seq.load(std::memory_order_relaxed);
+  if (t->err_slot != kNoSlot) t->error_seen = region_->slot(t->err_slot).error_seq.load(std::memory_order_acquire);
   auto [pos, _] = t_states.emplace(id_, std::unique_ptr<void, void (*)(void*)>(
                                             t, [](void* p) {
                                               if (t_last_state == p) t_last_id = 0, t_last_state = nullptr;
@@ -227,8 +243,8 @@ Client::ThreadState& Client::thread() {
 }
 
 Status Client::check_async_error(ThreadState& t) {
-  if (t.slot == kNoSlot) return Status::kSuccess;
-  ReplySlot& s = region_->slot(t.slot);
+  if (t.err_slot == kNoSlot) return Status::kSuccess;
+  ReplySlot& s = region_->slot(t.err_slot);
   const uint64_t seq = s.error_seq.load(std::memory_order_acquire);
   if (seq == t.error_seen) return Status::kSuccess;
   t.error_seen = seq;
@@ -357,7 +373,9 @@ void Client::legacy_edges(Ring& g, uint32_t r, EdgeList* edges) {
     // Legacy stream work follows everything published on blocking streams.
     for (uint32_t q = 1; q < rings_.size(); ++q) {
       Ring& o = *rings_[q];
-      if (!o.open.load(std::memory_order_acquire) || !o.blocking.load(std::memory_order_relaxed)) continue;
+      // Closed rings too: a destroyed blocking stream's pending work still
+      // precedes later legacy work. `blocking` stays as its last stream set it.
+      if (!o.blocking.load(std::memory_order_relaxed)) continue;
       const uint64_t p = o.published.load(std::memory_order_acquire);
       if (p > g.covered[q]) {
         edges->push_back({q, 0, p});
@@ -385,16 +403,20 @@ uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, Entry e, Event
   if (opt_.ordered && order != Order::None) {
     legacy_edges(g, r, &edges);
     if (ev && order == Order::EventRead && ev->recorded) edges.push_back(ev->record);
-    if (ev && order == Order::EventWrite)
+    if (ev && order == Order::EventWrite) {
+      // A re-record follows the record it replaces (on any stream) and every
+      // wait that referred to that record.
+      if (ev->recorded && ev->record.ring != r) edges.push_back(ev->record);
       for (auto [q, p] : ev->waits) edges.push_back({q, 0, p});
+    }
   }
-  e.thread = t.slot;
+  e.thread = t.err_slot;
   size_t i = 0;
   // More edges than fit: earlier Nop entries on the same ring carry the rest.
   while (edges.size() - i > kMaxEdges) {
     Entry nop{};
     nop.op = uint16_t(Op::Nop);
-    nop.thread = t.slot;
+    nop.thread = t.err_slot;
     nop.edge_count = kMaxEdges;
     for (uint32_t k = 0; k < kMaxEdges; ++k) nop.edges[k] = edges[i++];
     write_entry(g, r, nop);
@@ -474,9 +496,28 @@ Status Client::stream_create(Stream* out, uint64_t flags, int priority) {
   if (!out || (flags & ~kStreamNonBlocking)) return finish_own(t, Status::kInvalidValue);
   uint32_t r = 0;
   {
-    std::lock_guard lock(rings_mu_);
-    for (uint32_t q = 1; q < rings_.size() && !r; ++q)
-      if (!rings_[q]->open.load()) r = q;
+    std::unique_lock lock(rings_mu_);
+    uint32_t draining = 0;
+    for (uint32_t q = 1; q < rings_.size() && !r; ++q) {
+      Ring& o = *rings_[q];
+      if (o.open.load()) continue;
+      std::lock_guard rl(o.mu);
+      if (region_->ring(q).completed.load(std::memory_order_acquire) >= o.drain_to) r = q;
+      else if (!draining) draining = q;
+    }
+    if (!r && draining) {
+      // Every free ring still runs a destroyed stream's work: wait for the
+      // first to drain (that needs only the worker), then look again.
+      lock.unlock();
+      Ring& o = *rings_[draining];
+      uint64_t target;
+      {
+        std::lock_guard rl(o.mu);
+        target = o.drain_to;
+      }
+      if (Status st = wait_completed(draining, target); !ok(st)) return finish_own(t, st);
+      return stream_create(out, flags, priority);
+    }
     if (!r) return finish_own(t, Status::kLaunchOutOfResources);
     Ring& g = *rings_[r];
     std::lock_guard rl(g.mu);
@@ -502,6 +543,9 @@ Status Client::release_ring(ThreadState& t, uint32_t r) {
   Ring& g = *rings_[r];
   {
     std::lock_guard lock(g.mu);
+    // The fence lets device-wide waits and ring reuse see the stream's work
+    // finish after the stream itself is gone.
+    g.drain_to = g.fence_end == g.tail ? g.tail : push_fence_locked(t, g, r);
     Entry e{};
     e.op = uint16_t(Op::StreamDestroy);
     push_locked(t, g, r, e, nullptr);
@@ -522,7 +566,9 @@ Stream Client::per_thread_stream() {
   if (!t.has_per_thread) {
     if (ok(stream_create(&t.per_thread, 0, 0))) t.has_per_thread = true;
   }
-  return t.has_per_thread ? t.per_thread : kLegacyStream;
+  // No stream: an invalid handle, never a silent switch to the legacy stream
+  // (that would change what the program's calls synchronize with).
+  return t.has_per_thread ? t.per_thread : Stream{kNoRing, 0};
 }
 
 Status Client::stream_synchronize(Stream s) {
@@ -590,12 +636,23 @@ Status Client::event_destroy(Event e) {
   Entry req{};
   req.op = uint16_t(Op::EventDestroy);
   req.arg[0] = e.handle;
+  EdgeList edges;
   {
+    // CUDA defers the destroy: the record and every wait already issued on
+    // the event keep their meaning, so the destroy follows all of them.
     std::lock_guard lock(ev->mu);
-    if (opt_.ordered && ev->recorded) {
-      req.edges[req.edge_count++] = ev->record;
-    }
+    if (opt_.ordered && ev->recorded) edges.push_back(ev->record);
+    if (opt_.ordered)
+      for (auto [q, p] : ev->waits) edges.push_back({q, 0, p});
   }
+  // A sync request carries kMaxEdges; for the rest, wait here until the worker
+  // dispatched them (that needs nothing more from the guest, so it ends).
+  while (edges.size() > kMaxEdges) {
+    const Edge x = edges.back();
+    edges.pop_back();
+    if (Status st = wait_worker(region_->ring(x.ring).head, x.pos); !ok(st)) return finish(t, st);
+  }
+  for (const Edge& x : edges) req.edges[req.edge_count++] = x;
   Status s = call(req);
   if (ok(s)) {
     std::lock_guard lock(ev->mu);
@@ -816,14 +873,14 @@ Status Client::memset_async(uint64_t dst, uint8_t value, uint64_t size, Stream s
   return stream_op(s, e);
 }
 
+// cudaMemcpy is legacy-stream work (ARCHITECTURE.md rule 4): it follows the
+// blocking streams through the legacy edges, not non-blocking streams.
 Status Client::memcpy_h2d(uint64_t dst, const void* src, uint64_t size) {
-  if (Status s = device_synchronize(); !ok(s)) return s;
   if (Status s = memcpy_h2d_async(dst, src, size, kLegacyStream); !ok(s)) return s;
   return stream_synchronize(kLegacyStream);
 }
 
 Status Client::memcpy_d2h(void* dst, uint64_t src, uint64_t size) {
-  if (Status s = device_synchronize(); !ok(s)) return s;
   if (Status s = memcpy_d2h_async(dst, src, size, kLegacyStream); !ok(s)) return s;
   return stream_synchronize(kLegacyStream);
 }
@@ -879,9 +936,10 @@ Status Client::device_info(DeviceInfo* out) {
   if (!out) return finish(t, Status::kInvalidValue);
   Entry e{};
   e.op = uint16_t(Op::DeviceInfo);
-  const Status s = call(e);
+  DeviceInfo info{};
+  const Status s = call(e, nullptr, nullptr, nullptr, &info, sizeof info);
   if (ok(s)) {
-    std::memcpy(out, region_->slot(t.slot).payload, sizeof(DeviceInfo));
+    *out = info;
     out->name[sizeof(out->name) - 1] = 0;
   }
   return finish(t, s);
@@ -917,20 +975,50 @@ Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, 
   return finish(t, Status::kSuccess);
 }
 
+void Client::fence_target(ThreadState& t, uint32_t r, std::vector<std::pair<uint32_t, uint64_t>>* targets) {
+  Ring& g = *rings_[r];
+  std::lock_guard lock(g.mu);
+  const uint64_t done = region_->ring(r).completed.load(std::memory_order_acquire);
+  if (!g.open.load(std::memory_order_acquire) && r != kLegacyRing) {
+    // A destroyed stream's work: its last fence was pushed before the destroy.
+    if (done < g.drain_to) targets->push_back({r, g.drain_to});
+    return;
+  }
+  if (done >= g.tail) return;
+  targets->push_back({r, g.fence_end == g.tail ? g.tail : push_fence_locked(t, g, r)});
+}
+
+Status Client::wait_targets(ThreadState& t, const std::vector<std::pair<uint32_t, uint64_t>>& targets) {
+  for (auto [r, pos] : targets)
+    if (Status s = wait_completed(r, pos); !ok(s)) return finish(t, s);
+  return finish(t, Status::kSuccess);
+}
+
 Status Client::device_synchronize() {
   ThreadState& t = thread();
   // Fence every ring with outstanding work first, so they drain in parallel.
   std::vector<std::pair<uint32_t, uint64_t>> targets;
-  for (uint32_t r = 0; r < rings_.size(); ++r) {
-    Ring& g = *rings_[r];
-    if (!g.open.load(std::memory_order_acquire) && r != kLegacyRing) continue;
-    std::lock_guard lock(g.mu);
-    if (region_->ring(r).completed.load(std::memory_order_acquire) >= g.tail) continue;
-    targets.push_back({r, g.fence_end == g.tail ? g.tail : push_fence_locked(t, g, r)});
+  for (uint32_t r = 0; r < rings_.size(); ++r) fence_target(t, r, &targets);
+  return wait_targets(t, targets);
+}
+
+Status Client::stream_order_wait(Stream s) {
+  ThreadState& t = thread();
+  Ring* g = ring_of(s);
+  if (!g) return finish(t, Status::kInvalidResourceHandle);
+  // What stream work issued now on `s` would wait for: the stream itself and,
+  // through the legacy stream's implicit synchronization, the legacy stream
+  // (from a blocking stream) or every blocking stream, destroyed ones with
+  // pending work included (from the legacy stream).
+  std::vector<std::pair<uint32_t, uint64_t>> targets;
+  fence_target(t, s.ring, &targets);
+  if (opt_.ordered && s.ring == kLegacyRing) {
+    for (uint32_t r = 1; r < rings_.size(); ++r)
+      if (rings_[r]->blocking.load(std::memory_order_relaxed)) fence_target(t, r, &targets);
+  } else if (opt_.ordered && g->blocking.load(std::memory_order_relaxed)) {
+    fence_target(t, kLegacyRing, &targets);
   }
-  for (auto [r, pos] : targets)
-    if (Status s = wait_completed(r, pos); !ok(s)) return finish(t, s);
-  return finish(t, Status::kSuccess);
+  return wait_targets(t, targets);
 }
 
 Status Client::null_call() {
@@ -939,17 +1027,42 @@ Status Client::null_call() {
   return finish(thread(), call(e));
 }
 
-Status Client::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payload) {
+Status Client::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payload, void* reply_payload,
+                    size_t reply_size) {
   ThreadState& t = thread();
-  if (t.slot == kNoSlot) return Status::kLaunchOutOfResources;  // more threads than reply slots
-  ReplySlot& s = region_->slot(t.slot);
-  e.thread = t.slot;
+  uint32_t slot = t.slot;
+  if (slot == kNoSlot) {
+    // A lease is held for one call only, and a call ends once the worker
+    // answers, so waiting for one needs nothing from this thread's peers.
+    std::unique_lock lock(lease_mu_);
+    if (shared_slot_ == kNoSlot) return Status::kLaunchOutOfResources;  // a layout too small to lease from
+    lease_cv_.wait(lock, [&] { return !lease_free_.empty(); });
+    slot = lease_free_.back();
+    lease_free_.pop_back();
+  }
+  struct Release {
+    Client* c;
+    uint32_t slot;
+    bool leased;
+    ~Release() {
+      if (!leased) return;
+      {
+        std::lock_guard lock(c->lease_mu_);
+        c->lease_free_.push_back(slot);
+      }
+      c->lease_cv_.notify_one();
+    }
+  } release{this, slot, t.slot == kNoSlot};
+  ReplySlot& s = region_->slot(slot);
+  e.thread = slot;
   std::memcpy(&s.request, &e, sizeof(Entry));
   if (payload) {
     std::memset(s.payload, 0, kSlotPayload);
     std::memcpy(s.payload, payload->data(), payload->size());
   }
-  const uint64_t seq = ++t.seq;
+  // Only this thread (or the lease holder) writes request_seq: read it back.
+  const uint64_t seq = (t.slot == kNoSlot ? s.request_seq.load(std::memory_order_relaxed) : t.seq) + 1;
+  if (t.slot != kNoSlot) t.seq = seq;
   _mm_sfence();
   s.request_seq.store(seq, std::memory_order_release);
   // A locked RMW: also the full fence the sleep handshake needs.
@@ -958,6 +1071,7 @@ Status Client::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payl
   if (Status st = wait_worker(s.reply_seq, seq); !ok(st)) return st;
   if (r0) *r0 = s.result[0];
   if (r1) *r1 = s.result[1];
+  if (reply_payload) std::memcpy(reply_payload, s.payload, std::min(reply_size, kSlotPayload));
   return Status(s.status);
 }
 

@@ -271,7 +271,14 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
       return backend_.stream_destroy(r);
     case Op::Fence: {
       RingControl* ctl = &region_.ring(r);
-      backend_.host_callback(r, [ctl, pos] { ctl->completed.store(pos + 1, std::memory_order_release); });
+      // Only forwards: a ring's fences complete in ring order (one stream at a
+      // time; a ring is reused only once drained), and a late callback must
+      // never move `completed` back.
+      backend_.host_callback(r, [ctl, pos] {
+        uint64_t cur = ctl->completed.load(std::memory_order_relaxed);
+        while (cur < pos + 1 && !ctl->completed.compare_exchange_weak(cur, pos + 1, std::memory_order_release)) {
+        }
+      });
       return Status::kSuccess;
     }
     case Op::Launch: {
