@@ -16,6 +16,7 @@
 
 #include <cstdio>
 
+#include "generator.h"
 #include "harness.h"
 #include "scenarios.h"
 
@@ -49,6 +50,56 @@ TEST(Model, RandomProgramsBreakWithoutEdges) {
   }
   std::printf("without edges: %zu violated pairs, first: %s\n", violations, first.c_str());
   EXPECT_GT(violations, 0u) << "the model check must catch a worker that drops edges";
+}
+
+// The generator: every stream/event API, destroy with pending work, ring and
+// handle reuse, re-records across streams, event destroy with pending waits,
+// per-thread streams of exiting threads.
+TEST(Generator, RandomProgramsKeepEveryAllowedOrder) {
+  WorkerProcess w({"--chaos", "23"}, "64M");  // 63 stream rings
+  size_t stamps = 0;
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    scenario::Problems p;
+    auto r = scenario::run_generated(*w.attach(), seed, p);
+    stamps += r.stamps;
+    EXPECT_EQ(r.violations, 0u) << "seed " << seed << ": " << r.first;
+    EXPECT_TRUE(p.empty()) << p.count() << " problems, first: " << p.first();
+  }
+  std::printf("checked %zu stamped kernels over 3 generated programs\n", stamps);
+  EXPECT_GT(stamps, 300u);
+}
+
+// More threads than the region has reply slots (64 at 16 MiB), each with its
+// own streams, events and per-thread stream.
+TEST(Generator, MoreThreadsThanSlots) {
+  WorkerProcess w({"--chaos", "29"});
+  scenario::Problems p;
+  scenario::GenProgram prog;
+  prog.threads = 80;
+  prog.phases = 3;
+  prog.ops_per_phase = 6;
+  prog.private_streams = 0;  // 80 threads share the created streams
+  prog.per_thread = false;
+  auto c = w.attach();
+  ASSERT_LT(c->layout().slot_count, uint32_t(prog.threads));
+  auto r = scenario::run_generated(*c, 7, p, prog);
+  EXPECT_EQ(r.violations, 0u) << r.first;
+  EXPECT_TRUE(p.empty()) << p.count() << " problems, first: " << p.first();
+  std::printf("80 threads: checked %zu stamped kernels\n", r.stamps);
+}
+
+TEST(Generator, RandomProgramsBreakWithoutEdges) {
+  WorkerProcess w({"--chaos", "23", "--unordered"}, "64M");
+  size_t violations = 0;
+  std::string first;
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    scenario::Problems p;
+    auto r = scenario::run_generated(*w.attach(), seed, p);
+    if (first.empty()) first = r.first;
+    violations += r.violations;
+  }
+  std::printf("without edges: %zu violated pairs, first: %s\n", violations, first.c_str());
+  EXPECT_GT(violations, 0u) << "the generator's check must catch a worker that drops edges";
 }
 
 }  // namespace

@@ -655,8 +655,11 @@ Status Client::event_destroy(Event e) {
   for (const Edge& x : edges) req.edges[req.edge_count++] = x;
   Status s = call(req);
   if (ok(s)) {
+    // Stale handles fail event_of from now on. Another thread's event_create
+    // may already have been given this index (with a new generation) once the
+    // worker freed it: leave that one alone.
     std::lock_guard lock(ev->mu);
-    ev->handle = 0;  // stale handles fail event_of from now on
+    if (ev->handle == e.handle) ev->handle = 0;
   }
   return finish(t, s);
 }

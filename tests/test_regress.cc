@@ -1,0 +1,404 @@
+// Regression tests for reported ordering and lifetime bugs. Each runs against a
+// real ordo-worker process; a hang is turned into a failure by a watchdog that
+// kills the worker (the client's calls then fail with kDevicesUnavailable once
+// the heartbeat stops) and, as a last resort, ends the process.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <ostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "harness.h"
+#include "ordo/sim.h"
+
+namespace ordo {
+// gtest prints a Status by name instead of as raw bytes.
+inline void PrintTo(Status s, std::ostream* os) { *os << status_name(s); }
+}  // namespace ordo
+
+namespace ordo::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint64_t kBytes = 4096;
+constexpr uint8_t kOld = 0x11, kNew = 0x22;
+
+ClientOptions quick_timeout() {
+  ClientOptions o;
+  o.worker_timeout = 2000ms;
+  return o;
+}
+
+// Runs `body` on its own thread. If it is not done within `limit`, the test
+// fails, the worker is killed (so that waiting calls fail instead of waiting
+// forever), and if the body still does not return the process exits.
+void with_deadline(WorkerProcess& w, std::chrono::seconds limit, const std::function<void()>& body) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread t([&] {
+    body();
+    std::lock_guard lock(mu);
+    done = true;
+    cv.notify_all();
+  });
+  std::unique_lock lock(mu);
+  if (!cv.wait_for(lock, limit, [&] { return done; })) {
+    ADD_FAILURE() << "hang: the test body did not finish within " << limit.count()
+                  << " s; killing the worker";
+    kill(w.pid(), SIGKILL);
+    if (!cv.wait_for(lock, 10s, [&] { return done; })) {
+      std::fprintf(stderr, "[  FAILED  ] %s: still hung after the worker was killed\n",
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+      std::fflush(stderr);
+      _exit(1);
+    }
+  }
+  lock.unlock();
+  t.join();
+}
+
+std::vector<uint8_t> bytes(uint8_t v) { return std::vector<uint8_t>(kBytes, v); }
+
+// Reads device memory without any device-wide synchronization: on a
+// non-blocking stream into pinned memory, then a sync of that stream only.
+std::vector<uint8_t> peek(Client& c, Stream side, void* pinned, uint64_t src) {
+  EXPECT_EQ(c.memcpy_d2h_async(pinned, src, kBytes, side), Status::kSuccess);
+  EXPECT_EQ(c.stream_synchronize(side), Status::kSuccess);
+  const auto* p = static_cast<const uint8_t*>(pinned);
+  return std::vector<uint8_t>(p, p + kBytes);
+}
+
+// cudaDeviceSynchronize waits for all work issued before it, including work on
+// streams that were destroyed (cudaStreamDestroy returns at once; the work goes on).
+TEST(Regress, DestroyedStreamWorkIsWaitedFor) {
+  WorkerProcess w;
+  auto c = w.attach(quick_timeout());
+  with_deadline(w, 20s, [&] {
+    const uint32_t k = kernel(*c, "ordo_slow_copy");
+    uint64_t x = 0, out = 0;
+    ASSERT_EQ(c->malloc(&x, kBytes), Status::kSuccess);
+    ASSERT_EQ(c->malloc(&out, kBytes), Status::kSuccess);
+    void* pinned = nullptr;
+    ASSERT_EQ(c->malloc_host(&pinned, kBytes), Status::kSuccess);
+    Stream side;
+    ASSERT_EQ(c->stream_create(&side, kStreamNonBlocking), Status::kSuccess);
+    const auto old_x = bytes(kOld);
+    ASSERT_EQ(c->memcpy_h2d(x, old_x.data(), kBytes), Status::kSuccess);
+    int unfinished = 0;
+    constexpr int kIterations = 10;
+    for (int i = 0; i < kIterations; ++i) {
+      ASSERT_EQ(c->memset_async(out, 0, kBytes, kLegacyStream), Status::kSuccess);
+      ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+      Stream a;
+      ASSERT_EQ(c->stream_create(&a, i % 2 ? 0 : kStreamNonBlocking), Status::kSuccess);
+      sim::SlowCopyArgs args{out, x, kBytes, 3000, 0};
+      ASSERT_EQ(c->launch(k, {1}, {1}, &args, sizeof args, a), Status::kSuccess);
+      ASSERT_EQ(c->stream_destroy(a), Status::kSuccess);
+      ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+      unfinished += peek(*c, side, pinned, out) != old_x;
+    }
+    EXPECT_EQ(unfinished, 0) << "device_synchronize returned before a destroyed stream's kernel finished in "
+                             << unfinished << " of " << kIterations << " iterations";
+    EXPECT_EQ(c->get_last_error(), Status::kSuccess);
+    ASSERT_EQ(c->stream_destroy(side), Status::kSuccess);
+    EXPECT_EQ(c->free_host(pinned), Status::kSuccess);
+    EXPECT_EQ(c->free(x), Status::kSuccess);
+    EXPECT_EQ(c->free(out), Status::kSuccess);
+  });
+}
+
+// cudaFree synchronizes the device first, destroyed streams included: a kernel
+// still reading the buffer on a destroyed stream finishes before the memory goes.
+TEST(Regress, FreeWaitsForDestroyedStreamWork) {
+  WorkerProcess w;
+  auto c = w.attach(quick_timeout());
+  with_deadline(w, 20s, [&] {
+    const uint32_t k = kernel(*c, "ordo_slow_copy");
+    const auto old_x = bytes(kOld);
+    int bad_out = 0, errors = 0;
+    std::string first;
+    auto check = [&](Status s, const char* what, int i) {
+      if (s == Status::kSuccess) return;
+      if (!errors++) first = std::string(what) + " in iteration " + std::to_string(i) + ": " + std::string(status_name(s));
+    };
+    constexpr int kIterations = 10;
+    for (int i = 0; i < kIterations; ++i) {
+      uint64_t x = 0, out = 0;
+      ASSERT_EQ(c->malloc(&x, kBytes), Status::kSuccess);
+      ASSERT_EQ(c->malloc(&out, kBytes), Status::kSuccess);
+      ASSERT_EQ(c->memcpy_h2d(x, old_x.data(), kBytes), Status::kSuccess);
+      Stream a;
+      ASSERT_EQ(c->stream_create(&a, kStreamNonBlocking), Status::kSuccess);
+      sim::SlowCopyArgs args{out, x, kBytes, 3000, 0};
+      ASSERT_EQ(c->launch(k, {1}, {1}, &args, sizeof args, a), Status::kSuccess);
+      ASSERT_EQ(c->stream_destroy(a), Status::kSuccess);
+      check(c->free(x), "free", i);
+      std::this_thread::sleep_for(10ms);  // the kernel is done (or has failed) by now
+      check(c->device_synchronize(), "device_synchronize after free", i);
+      check(c->get_last_error(), "get_last_error after free", i);
+      std::vector<uint8_t> got(kBytes);
+      check(c->memcpy_d2h(got.data(), out, kBytes), "memcpy_d2h", i);
+      bad_out += got != old_x;
+      check(c->free(out), "free(out)", i);
+    }
+    EXPECT_EQ(errors, 0) << "calls failed after freeing memory a destroyed stream's kernel still used; first: "
+                         << first;
+    EXPECT_EQ(bad_out, 0) << "the kernel did not copy its input in " << bad_out << " of " << kIterations
+                          << " iterations";
+  });
+}
+
+// A stream created right after another was destroyed (on the same ring: the
+// lowest free one) must synchronize normally, although the old stream had a
+// completion fence (queued by stream_query) behind slow work outstanding.
+// kSettle: B's work is fenced at once and waited for only after A's slow
+// kernel is certainly done. kPageable: B's pageable copy finishes close to
+// A's kernel, on either side of it.
+enum class Reuse { kSettle, kPageable };
+
+void ring_reuse(Reuse mode) {
+  WorkerProcess w;
+  auto c = w.attach(quick_timeout());
+  with_deadline(w, 10s, [&] {
+    const uint32_t k = kernel(*c, "ordo_slow_copy");
+    uint64_t x = 0, out_a = 0, out_b = 0;
+    ASSERT_EQ(c->malloc(&x, kBytes), Status::kSuccess);
+    ASSERT_EQ(c->malloc(&out_a, kBytes), Status::kSuccess);
+    ASSERT_EQ(c->malloc(&out_b, kBytes), Status::kSuccess);
+    const auto old_x = bytes(kOld);
+    ASSERT_EQ(c->memcpy_h2d(x, old_x.data(), kBytes), Status::kSuccess);
+    // Occupy every ring but one (and the legacy ring): B can only get A's ring,
+    // which ordo hands out again once A's pending work is done.
+    std::vector<Stream> fillers(c->layout().ring_count - 2);
+    for (auto& f : fillers) ASSERT_EQ(c->stream_create(&f), Status::kSuccess);
+    std::mt19937 rng(11);
+    int reused = 0, wrong = 0;
+    const int iterations = mode == Reuse::kSettle ? 10 : 40;
+    for (int i = 0; i < iterations; ++i) {
+      Stream a, b;
+      ASSERT_EQ(c->stream_create(&a), Status::kSuccess);
+      sim::SlowCopyArgs slow{out_a, x, kBytes, 3000, 0};
+      ASSERT_EQ(c->launch(k, {1}, {1}, &slow, sizeof slow, a), Status::kSuccess);
+      EXPECT_EQ(c->stream_query(a), Status::kNotReady);  // queues a completion fence
+      ASSERT_EQ(c->stream_destroy(a), Status::kSuccess);
+      ASSERT_EQ(c->stream_create(&b), Status::kSuccess);
+      reused += b.ring == a.ring;
+      if (mode == Reuse::kSettle) {
+        sim::SlowCopyArgs quick{out_b, x, kBytes, 0, 0};
+        ASSERT_EQ(c->launch(k, {1}, {1}, &quick, sizeof quick, b), Status::kSuccess);
+        const Status q = c->stream_query(b);  // fences B's kernel now
+        EXPECT_TRUE(q == Status::kNotReady || q == Status::kSuccess) << status_name(q);
+        std::this_thread::sleep_for(8ms);  // B's fence and then A's kernel are done
+        ASSERT_EQ(c->stream_synchronize(b), Status::kSuccess) << "iteration " << i;
+      } else {
+        const uint32_t us = uint32_t(std::uniform_int_distribution<>(2400, 3000)(rng));
+        sim::SlowCopyArgs quick{out_b, x, kBytes, us, 0};
+        ASSERT_EQ(c->launch(k, {1}, {1}, &quick, sizeof quick, b), Status::kSuccess);
+        std::vector<uint8_t> got(kBytes);
+        ASSERT_EQ(c->memcpy_d2h_async(got.data(), out_b, kBytes, b), Status::kSuccess) << "iteration " << i;
+        wrong += got != old_x;
+      }
+      ASSERT_EQ(c->stream_destroy(b), Status::kSuccess);
+      ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+    }
+    EXPECT_GT(reused, 0) << "no iteration reused the destroyed stream's ring: the test checks nothing";
+    for (auto& f : fillers) EXPECT_EQ(c->stream_destroy(f), Status::kSuccess);
+    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(c->get_last_error(), Status::kSuccess);
+  });
+}
+
+TEST(Regress, RingReuseDoesNotHang) { ring_reuse(Reuse::kSettle); }
+TEST(Regress, RingReuseDoesNotHangPageableCopy) { ring_reuse(Reuse::kPageable); }
+
+// More guest threads than reply slots: every call still works, no kernel is
+// silently dropped, and no call fails for lack of a slot.
+TEST(Regress, MoreThreadsThanSlots) {
+  WorkerProcess w;
+  auto c = w.attach(quick_timeout());
+  with_deadline(w, 20s, [&] {
+    const uint32_t k = kernel(*c, "ordo_stamp");
+    const uint32_t n = c->layout().slot_count + 16;
+    uint64_t stamps = 0;
+    ASSERT_EQ(c->malloc(&stamps, n * sizeof(sim::Stamp)), Status::kSuccess);
+    ASSERT_EQ(c->memset_async(stamps, 0, n * sizeof(sim::Stamp), kLegacyStream), Status::kSuccess);
+    ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+    std::barrier all(n), with_main(n + 1);
+    std::atomic<int> failed_launch{0}, failed_sync{0}, failed_malloc{0}, failed_free{0};
+    std::vector<Status> first_error(n, Status::kSuccess);
+    std::vector<std::thread> threads;
+    for (uint32_t i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        c->peek_last_error();  // this thread's state exists from now on
+        all.arrive_and_wait();  // all n threads are alive together
+        sim::StampArgs args{stamps, i, 0};
+        Status s = c->launch(k, {1}, {1}, &args, sizeof args, kLegacyStream);
+        if (s != Status::kSuccess) ++failed_launch, first_error[i] = s;
+        uint64_t mem = 0;
+        s = c->malloc(&mem, 256);
+        if (s != Status::kSuccess) {
+          ++failed_malloc;
+          if (first_error[i] == Status::kSuccess) first_error[i] = s;
+        }
+        with_main.arrive_and_wait();  // the main thread checks the stamps
+        with_main.arrive_and_wait();
+        s = c->stream_synchronize(kLegacyStream);
+        if (s != Status::kSuccess) ++failed_sync;
+        if (mem && c->free(mem) != Status::kSuccess) ++failed_free;
+      });
+    }
+    with_main.arrive_and_wait();
+    EXPECT_EQ(c->device_synchronize(), Status::kSuccess);
+    std::vector<sim::Stamp> got(n);
+    EXPECT_EQ(c->memcpy_d2h(got.data(), stamps, n * sizeof(sim::Stamp)), Status::kSuccess);
+    uint32_t missing = 0;
+    for (uint32_t i = 0; i < n; ++i) missing += got[i].end == 0;
+    with_main.arrive_and_wait();
+    for (auto& t : threads) t.join();
+    uint32_t errs = 0;
+    for (uint32_t i = 0; i < n; ++i) errs += first_error[i] != Status::kSuccess;
+    EXPECT_EQ(missing, 0u) << missing << " of " << n << " kernels never ran (slot_count "
+                           << c->layout().slot_count << ")";
+    EXPECT_EQ(failed_launch.load(), 0);
+    EXPECT_EQ(failed_malloc.load(), 0) << "malloc failed on threads beyond the reply slots";
+    EXPECT_EQ(failed_sync.load(), 0);
+    EXPECT_EQ(failed_free.load(), 0);
+    EXPECT_EQ(errs, 0u);
+    for (uint32_t i = 0; i < n; ++i)
+      if (first_error[i] != Status::kSuccess) {
+        ADD_FAILURE() << "thread " << i << ": first error " << status_name(first_error[i]);
+        break;
+      }
+    EXPECT_EQ(c->free(stamps), Status::kSuccess);
+  });
+}
+
+struct Pair {
+  uint64_t x = 0, out = 0;
+};
+
+Pair make_bufs(Client& c) {
+  Pair p;
+  EXPECT_EQ(c.malloc(&p.x, kBytes), Status::kSuccess);
+  EXPECT_EQ(c.malloc(&p.out, kBytes), Status::kSuccess);
+  return p;
+}
+
+void reset(Client& c, const Pair& p) {
+  const auto old_x = bytes(kOld);
+  EXPECT_EQ(c.memcpy_h2d(p.x, old_x.data(), kBytes), Status::kSuccess);
+  EXPECT_EQ(c.memset_async(p.out, 0, kBytes, kLegacyStream), Status::kSuccess);
+  EXPECT_EQ(c.device_synchronize(), Status::kSuccess);
+}
+
+// 0: the kernel saw the old X; 1: the new X (an ordering violation); 2: neither.
+int outcome(Client& c, const Pair& p) {
+  EXPECT_EQ(c.device_synchronize(), Status::kSuccess);
+  std::vector<uint8_t> got(kBytes);
+  EXPECT_EQ(c.memcpy_d2h(got.data(), p.out, kBytes), Status::kSuccess);
+  if (got == bytes(kOld)) return 0;
+  return got == bytes(kNew) ? 1 : 2;
+}
+
+// An event recorded on A and then re-recorded on B stands for B's work: a wait
+// issued after the re-record waits for B, whatever order the worker sees the
+// two records in.
+TEST(Regress, ReRecordOnAnotherStream) {
+  WorkerProcess w({"--chaos", "5"});
+  auto c = w.attach(quick_timeout());
+  with_deadline(w, 20s, [&] {
+    const uint32_t k = kernel(*c, "ordo_slow_copy");
+    Pair pa = make_bufs(*c), pb = make_bufs(*c);
+    Stream a, b, s3;
+    ASSERT_EQ(c->stream_create(&a, kStreamNonBlocking), Status::kSuccess);
+    ASSERT_EQ(c->stream_create(&b, kStreamNonBlocking), Status::kSuccess);
+    ASSERT_EQ(c->stream_create(&s3, kStreamNonBlocking), Status::kSuccess);
+    const auto new_x = bytes(kNew);
+    int violations = 0, torn = 0, errors = 0;
+    constexpr int kIterations = 80;
+    for (int i = 0; i < kIterations; ++i) {
+      reset(*c, pa);
+      reset(*c, pb);
+      Event e;
+      ASSERT_EQ(c->event_create(&e), Status::kSuccess);
+      sim::SlowCopyArgs quick{pa.out, pa.x, kBytes, 0, 0};
+      sim::SlowCopyArgs slow{pb.out, pb.x, kBytes, 3000, 0};
+      errors += c->launch(k, {1}, {1}, &quick, sizeof quick, a) != Status::kSuccess;
+      errors += c->event_record(e, a) != Status::kSuccess;
+      errors += c->launch(k, {1}, {1}, &slow, sizeof slow, b) != Status::kSuccess;
+      errors += c->event_record(e, b) != Status::kSuccess;
+      errors += c->stream_wait_event(s3, e) != Status::kSuccess;
+      errors += c->memcpy_h2d_async(pb.x, new_x.data(), kBytes, s3) != Status::kSuccess;
+      const int o = outcome(*c, pb);
+      violations += o == 1;
+      torn += o == 2;
+      errors += c->event_destroy(e) != Status::kSuccess;
+      errors += c->get_last_error() != Status::kSuccess;
+    }
+    EXPECT_EQ(violations, 0) << "B's kernel saw X overwritten by a stream that waited for the re-recorded event in "
+                             << violations << " of " << kIterations << " iterations";
+    EXPECT_EQ(torn, 0);
+    EXPECT_EQ(errors, 0);
+  });
+}
+
+// cudaEventDestroy right after cudaStreamWaitEvent is legal: the wait still
+// waits for the recorded work, and nothing reports an invalid handle.
+TEST(Regress, EventDestroyAfterPendingWaits) {
+  WorkerProcess w({"--chaos", "9"});
+  auto c = w.attach(quick_timeout());
+  with_deadline(w, 20s, [&] {
+    const uint32_t k = kernel(*c, "ordo_slow_copy");
+    Pair p = make_bufs(*c);
+    Stream s, s2;
+    ASSERT_EQ(c->stream_create(&s, kStreamNonBlocking), Status::kSuccess);
+    ASSERT_EQ(c->stream_create(&s2, kStreamNonBlocking), Status::kSuccess);
+    const auto new_x = bytes(kNew);
+    int violations = 0, torn = 0, errors = 0;
+    Status first = Status::kSuccess;
+    auto check = [&](Status st) {
+      if (st == Status::kSuccess) return;
+      ++errors;
+      if (first == Status::kSuccess) first = st;
+    };
+    constexpr int kIterations = 80;
+    for (int i = 0; i < kIterations; ++i) {
+      reset(*c, p);
+      Event e;
+      ASSERT_EQ(c->event_create(&e), Status::kSuccess);
+      sim::SlowCopyArgs slow{p.out, p.x, kBytes, 3000, 0};
+      check(c->launch(k, {1}, {1}, &slow, sizeof slow, s));
+      check(c->event_record(e, s));
+      check(c->stream_wait_event(s2, e));
+      check(c->event_destroy(e));
+      check(c->memcpy_h2d_async(p.x, new_x.data(), kBytes, s2));
+      check(c->stream_synchronize(s2));
+      const int o = outcome(*c, p);
+      violations += o == 1;
+      torn += o == 2;
+      check(c->get_last_error());
+    }
+    EXPECT_EQ(errors, 0) << "first error: " << status_name(first);
+    EXPECT_EQ(violations, 0) << "the kernel saw X overwritten after a wait on a since-destroyed event in "
+                             << violations << " of " << kIterations << " iterations";
+    EXPECT_EQ(torn, 0);
+  });
+}
+
+}  // namespace
+}  // namespace ordo::test
