@@ -402,3 +402,33 @@ TEST(Regress, EventDestroyAfterPendingWaits) {
 
 }  // namespace
 }  // namespace ordo::test
+
+namespace ordo::test {
+namespace {
+
+// Launch-configuration errors come back from the launch itself, as CUDA's
+// cudaErrorInvalidConfiguration, and leave nothing pending for a later sync.
+TEST(Regress, LaunchConfigurationErrorsAtLaunch) {
+  WorkerProcess w;
+  auto c = w.attach(quick_timeout());
+  const uint32_t k = kernel(*c, "ordo_stamp");
+  uint64_t stamps = 0;
+  ASSERT_EQ(c->malloc(&stamps, sizeof(sim::Stamp)), Status::kSuccess);
+  sim::StampArgs a{stamps, 0, 0};
+  const struct {
+    Dim3 grid, block;
+  } bad[] = {{{1}, {1025}}, {{1}, {32, 32, 2}}, {{1}, {1, 1, 65}}, {{1, 65536, 1}, {1}}, {{1, 1, 65536}, {1}},
+             {{0x80000000u}, {1}}};
+  for (const auto& b : bad) {
+    EXPECT_EQ(c->launch(k, b.grid, b.block, &a, sizeof a, kLegacyStream), Status::kInvalidConfiguration)
+        << "grid " << b.grid.x << "x" << b.grid.y << "x" << b.grid.z << " block " << b.block.x << "x" << b.block.y
+        << "x" << b.block.z;
+    EXPECT_EQ(c->get_last_error(), Status::kInvalidConfiguration);
+  }
+  EXPECT_EQ(c->launch(k, {1}, {32, 32, 1}, &a, sizeof a, kLegacyStream), Status::kSuccess);
+  EXPECT_EQ(c->stream_synchronize(kLegacyStream), Status::kSuccess) << "a refused launch left an error pending";
+  EXPECT_EQ(c->get_last_error(), Status::kSuccess);
+}
+
+}  // namespace
+}  // namespace ordo::test

@@ -953,7 +953,11 @@ Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, 
   ThreadState& t = thread();
   Ring* g = ring_of(s);
   if (!g) return finish(t, Status::kInvalidResourceHandle);
-  if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z)
+  // CUDA's launch limits on every device since compute capability 3.0: refused
+  // by the launch itself (cudaErrorInvalidConfiguration), not by a later sync.
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || threads > 1024 || block.z > 64 ||
+      grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
     return finish(t, Status::kInvalidConfiguration);
   if (args_size && !args) return finish(t, Status::kInvalidValue);
   std::lock_guard lock(g->mu);

@@ -938,6 +938,33 @@ const char* error_description(int e) {
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotSupported: return "operation not supported (by the ordo guest library)";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchTimeout: return "the launch timed out and was terminated";
+    case cudaErrorInvalidPitchValue: return "invalid pitch argument";
+    case cudaErrorInvalidSymbol: return "invalid device symbol";
+    case cudaErrorInvalidHostPointer: return "invalid host pointer";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidPtx: return "a PTX JIT compilation failed";
+    case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
+    case cudaErrorInvalidSource: return "device kernel image is invalid";
+    case cudaErrorFileNotFound: return "file not found";
+    case cudaErrorSymbolNotFound: return "named symbol not found";
+    case cudaErrorIllegalInstruction: return "an illegal instruction was encountered";
+    case cudaErrorMisalignedAddress: return "misaligned address";
+    case cudaErrorHardwareStackError: return "hardware stack error";
+    case cudaErrorAssert: return "device-side assert triggered";
+    case cudaErrorInvalidAddressSpace: return "operation not supported on global/shared address space";
+    case cudaErrorInvalidPc: return "invalid program counter";
+    case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
+    case cudaErrorPeerAccessNotEnabled: return "peer access has not been enabled";
+    case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+    case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
+    case cudaErrorCooperativeLaunchTooLarge: return "too many blocks in cooperative launch";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorTimeout: return "wait operation timed out";
+    case cudaErrorUnknown: return "unknown error";
     default: return nullptr;
   }
 }
