@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/lockfree/spsc_queue.hpp>
 #include <chrono>
@@ -78,6 +79,7 @@ struct Config {
   bool blocking = false;      // blocking streams (they order against the legacy stream)
   bool idle_sleep = false;    // the worker's default idle policy: sleep after 200 us without work
   bool trace = false;         // WorkerOptions::trace (ordo-worker --trace)
+  int max_streams = 0;        // != 0: threads share this many streams round-robin (rings are finite)
 };
 
 // A worker thread on a fresh region, one client, and the streams the threads use.
@@ -118,7 +120,8 @@ class Env {
     client_ = ordo::Client::attach(path_, &err, ordo::ClientOptions{.ordered = c.guest_edges});
     if (!client_) die(err);
     if (!ok(client_->kernel_lookup("ordo_noop", &kernel_))) die("kernel_lookup(ordo_noop) failed");
-    for (int i = 0; i < (c.shared ? 1 : threads); ++i) {
+    const int want = c.shared ? 1 : c.max_streams ? std::min(threads, c.max_streams) : threads;
+    for (int i = 0; i < want; ++i) {
       ordo::Stream s;
       if (!ok(client_->stream_create(&s, c.blocking ? 0 : ordo::kStreamNonBlocking))) die("stream_create failed");
       streams_.push_back(s);
@@ -136,7 +139,7 @@ class Env {
   }
 
   ordo::Client& client() { return *client_; }
-  ordo::Stream stream(int thread) const { return streams_[streams_.size() == 1 ? 0 : thread]; }
+  ordo::Stream stream(int thread) const { return streams_[size_t(thread) % streams_.size()]; }
   uint32_t kernel() const { return kernel_; }
   ordo::WorkerStats stats() const { return worker_->stats(); }
 
@@ -308,6 +311,43 @@ ORDO_LAUNCH(true, "ordo/ordering/mixed_legacy/edges_off", kMixedNoEdges, 1, 2);
 // Reference only: the sim backend runs each stream on its own host thread, so
 // this measures the simulator's hand-off as much as ordo.
 ORDO_LAUNCH(false, "sim_backend/throughput/independent", kSim, 1, 2);
+
+// Scaling with guest threads: 1..256 threads launching at once, spread over at
+// most 48 streams (threads past the 55 permanent reply slots lease one per
+// sync call; their launches need none).
+constexpr Config kManyThreads{.max_streams = 48};
+BENCHMARK(BM_Launch<false>)->Name("ordo/scaling/threads")->Setup(setup<kManyThreads>)->Teardown(teardown)
+    ->Threads(1)->Threads(16)->Threads(64)->Threads(256)->UseRealTime()->MinTime(kMinTime);
+
+// Scaling with live streams: one thread launching round-robin over N streams,
+// each its own ring (the worker polls every open ring per pass). N stops at the
+// region's ring count (64 at 64 MiB, less the legacy ring and Env's stream):
+// streams beyond the rings are not supported yet (ARCHITECTURE.md, "Limits").
+void BM_LiveStreams(benchmark::State& state) {
+  ordo::Client& c = g_env->client();
+  const uint32_t k = g_env->kernel();
+  const Args16 args{1, 2};
+  std::vector<ordo::Stream> streams(size_t(state.range(0)));
+  for (auto& s : streams)
+    if (!ok(c.stream_create(&s, ordo::kStreamNonBlocking))) {
+      state.SkipWithError("stream_create failed");
+      return;
+    }
+  int64_t n = 0;
+  for (auto _ : state) {
+    if (!ok(c.launch(k, {1}, {1}, &args, sizeof args, streams[size_t(n) % streams.size()]))) {
+      state.SkipWithError("launch failed");
+      break;
+    }
+    if (++n == state.max_iterations)
+      for (auto& s : streams)
+        if (!ok(c.stream_synchronize(s))) state.SkipWithError("stream_synchronize failed");
+  }
+  state.SetItemsProcessed(n);
+  for (auto& s : streams) c.stream_destroy(s);
+}
+BENCHMARK(BM_LiveStreams)->Name("ordo/scaling/live_streams")->Setup(setup<kIndependent>)->Teardown(teardown)
+    ->ArgName("streams")->Arg(1)->Arg(8)->Arg(32)->Arg(62)->UseRealTime()->MinTime(kMinTime);
 
 // ---- baselines -------------------------------------------------------------
 
