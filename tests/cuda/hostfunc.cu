@@ -1,0 +1,86 @@
+// Host-side stream work and the legacy default stream (issue 10, class 6):
+// a host function (cudaLaunchHostFunc, cudaStreamAddCallback) or a host-to-host
+// cudaMemcpyAsync on the legacy stream runs after earlier work on blocking
+// streams, and one on a blocking stream runs after earlier legacy-stream work.
+// Each case: a slow kernel copies `in` to `out` and a device-to-host copy puts
+// `out` into pinned memory, on one stream; the host-side work on the other
+// stream then reads the pinned memory. It must see the copied data. Prints the
+// number of violations; exits 1 if there was any.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels.h"
+
+__global__ void slow_copy(const int* in, int* out, int n, unsigned sleep_us) {
+  for (unsigned t = 0; t < sleep_us; t += 1000) __nanosleep(1000000);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = in[i];
+}
+
+#define CHECK(call)                                                                     \
+  do {                                                                                  \
+    cudaError_t e_ = (call);                                                            \
+    if (e_ != cudaSuccess) {                                                            \
+      std::printf("FAIL %s:%d: %s -> error %d (%s)\n", __FILE__, __LINE__, #call, int(e_), \
+                  cudaGetErrorName(e_));                                                \
+      std::exit(2);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+namespace {
+constexpr int kN = 1024;
+struct Seen {
+  const int* pinned;
+  int first;
+};
+void CUDART_CB host_fn(void* p) {
+  auto* s = static_cast<Seen*>(p);
+  s->first = s->pinned[0];
+}
+void CUDART_CB callback(cudaStream_t, cudaError_t, void* p) { host_fn(p); }
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int iterations = argc > 1 ? std::atoi(argv[1]) : 8;
+  int *in, *out, *pinned, *copy;
+  CHECK(cudaMalloc(&in, kN * sizeof(int)));
+  CHECK(cudaMalloc(&out, kN * sizeof(int)));
+  CHECK(cudaMallocHost(&pinned, kN * sizeof(int)));
+  CHECK(cudaMallocHost(&copy, kN * sizeof(int)));
+  cudaStream_t blocking;
+  CHECK(cudaStreamCreate(&blocking));
+  const char* kinds[] = {"cudaLaunchHostFunc", "cudaStreamAddCallback", "host-to-host cudaMemcpyAsync"};
+  int violations = 0;
+  for (int it = 0; it < iterations; ++it)
+    for (int legacy_first = 0; legacy_first < 2; ++legacy_first)
+      for (int kind = 0; kind < 3; ++kind) {
+        std::vector<int> data(kN);
+        for (int i = 0; i < kN; ++i) data[i] = 1000 + it * 10 + kind + i;
+        CHECK(cudaMemcpy(in, data.data(), kN * sizeof(int), cudaMemcpyHostToDevice));
+        std::memset(pinned, 0, kN * sizeof(int));
+        std::memset(copy, 0, kN * sizeof(int));
+        CHECK(cudaDeviceSynchronize());
+        cudaStream_t first = legacy_first ? cudaStreamLegacy : blocking;
+        cudaStream_t second = legacy_first ? blocking : cudaStreamLegacy;
+        slow_copy<<<1, 256, 0, first>>>(in, out, kN, 3000);
+        CHECK(cudaGetLastError());
+        CHECK(cudaMemcpyAsync(pinned, out, kN * sizeof(int), cudaMemcpyDeviceToHost, first));
+        Seen seen{pinned, -1};
+        if (kind == 0) CHECK(cudaLaunchHostFunc(second, host_fn, &seen));
+        if (kind == 1) CHECK(cudaStreamAddCallback(second, callback, &seen, 0));
+        if (kind == 2) CHECK(cudaMemcpyAsync(copy, pinned, kN * sizeof(int), cudaMemcpyHostToHost, second));
+        CHECK(cudaDeviceSynchronize());
+        const int got = kind == 2 ? copy[0] : seen.first;
+        if (got != data[0]) {
+          ++violations;
+          std::printf("violation: %s on the %s stream ran before the %s stream's earlier work (saw %d, want %d)\n",
+                      kinds[kind], legacy_first ? "blocking" : "legacy", legacy_first ? "legacy" : "blocking", got,
+                      data[0]);
+        }
+      }
+  std::printf("host-side stream work: %d violations in %d cases\n", violations, iterations * 6);
+  return violations ? 1 : 0;
+}
