@@ -134,6 +134,7 @@ class Client {
   void write_entry(Ring& g, uint32_t r, const Entry& e);
   using EdgeList = boost::container::small_vector<Edge, 16>;
   void legacy_edges(Ring& g, uint32_t r, EdgeList* edges);
+  void uses_of_event(const EventState& ev, uint32_t own_ring, EdgeList* edges);
   bool alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset);
   void reclaim_staging(Ring& g, uint32_t r);
   uint64_t push_fence_locked(ThreadState& t, Ring& g, uint32_t r);

@@ -392,6 +392,14 @@ void Client::legacy_edges(Ring& g, uint32_t r, EdgeList* edges) {
   }
 }
 
+void Client::uses_of_event(const EventState& ev, uint32_t own_ring, EdgeList* edges) {
+  // A re-record or a destroy follows what was issued on the event before it:
+  // the current record (on another ring; ring order covers the own one) and
+  // every wait that referred to it.
+  if (ev.recorded && ev.record.ring != own_ring) edges->push_back(ev.record);
+  for (auto [q, p] : ev.waits) edges->push_back({q, 0, p});
+}
+
 uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, Entry e, EventState* ev) {
   // Inline storage: no heap allocation unless an entry needs more than 16 edges.
   // (Not a reused thread_local vector: a thread_local with a destructor is gone
@@ -403,12 +411,7 @@ uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, Entry e, Event
   if (opt_.ordered && order != Order::None) {
     legacy_edges(g, r, &edges);
     if (ev && order == Order::EventRead && ev->recorded) edges.push_back(ev->record);
-    if (ev && order == Order::EventWrite) {
-      // A re-record follows the record it replaces (on any stream) and every
-      // wait that referred to that record.
-      if (ev->recorded && ev->record.ring != r) edges.push_back(ev->record);
-      for (auto [q, p] : ev->waits) edges.push_back({q, 0, p});
-    }
+    if (ev && order == Order::EventWrite) uses_of_event(*ev, r, &edges);
   }
   e.thread = t.err_slot;
   size_t i = 0;
@@ -573,15 +576,10 @@ Stream Client::per_thread_stream() {
 
 Status Client::stream_synchronize(Stream s) {
   ThreadState& t = thread();
-  Ring* g = ring_of(s);
-  if (!g) return finish(t, Status::kInvalidResourceHandle);
-  uint64_t target;
-  {
-    std::lock_guard lock(g->mu);
-    if (region_->ring(s.ring).completed.load(std::memory_order_acquire) >= g->tail) return finish(t, Status::kSuccess);
-    target = g->fence_end == g->tail ? g->tail : push_fence_locked(t, *g, s.ring);
-  }
-  return finish(t, wait_completed(s.ring, target));
+  if (!ring_of(s)) return finish(t, Status::kInvalidResourceHandle);
+  std::vector<std::pair<uint32_t, uint64_t>> targets;
+  fence_target(t, s.ring, &targets);
+  return wait_targets(t, targets);
 }
 
 Status Client::stream_query(Stream s) {
@@ -641,9 +639,7 @@ Status Client::event_destroy(Event e) {
     // CUDA defers the destroy: the record and every wait already issued on
     // the event keep their meaning, so the destroy follows all of them.
     std::lock_guard lock(ev->mu);
-    if (opt_.ordered && ev->recorded) edges.push_back(ev->record);
-    if (opt_.ordered)
-      for (auto [q, p] : ev->waits) edges.push_back({q, 0, p});
+    if (opt_.ordered) uses_of_event(*ev, kNoRing, &edges);
   }
   // A sync request carries kMaxEdges; for the rest, wait here until the worker
   // dispatched them (that needs nothing more from the guest, so it ends).
@@ -1037,8 +1033,9 @@ Status Client::null_call() {
 Status Client::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payload, void* reply_payload,
                     size_t reply_size) {
   ThreadState& t = thread();
+  const bool leased = t.slot == kNoSlot;
   uint32_t slot = t.slot;
-  if (slot == kNoSlot) {
+  if (leased) {
     // A lease is held for one call only, and a call ends once the worker
     // answers, so waiting for one needs nothing from this thread's peers.
     std::unique_lock lock(lease_mu_);
@@ -1059,7 +1056,7 @@ Status Client::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payl
       }
       c->lease_cv_.notify_one();
     }
-  } release{this, slot, t.slot == kNoSlot};
+  } release{this, slot, leased};
   ReplySlot& s = region_->slot(slot);
   e.thread = slot;
   std::memcpy(&s.request, &e, sizeof(Entry));
@@ -1068,8 +1065,8 @@ Status Client::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payl
     std::memcpy(s.payload, payload->data(), payload->size());
   }
   // Only this thread (or the lease holder) writes request_seq: read it back.
-  const uint64_t seq = (t.slot == kNoSlot ? s.request_seq.load(std::memory_order_relaxed) : t.seq) + 1;
-  if (t.slot != kNoSlot) t.seq = seq;
+  const uint64_t seq = (leased ? s.request_seq.load(std::memory_order_relaxed) : t.seq) + 1;
+  if (!leased) t.seq = seq;
   _mm_sfence();
   s.request_seq.store(seq, std::memory_order_release);
   // A locked RMW: also the full fence the sleep handshake needs.

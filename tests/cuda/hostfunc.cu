@@ -13,22 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common.cuh"
 #include "kernels.h"
-
-__global__ void slow_copy(const int* in, int* out, int n, unsigned sleep_us) {
-  for (unsigned t = 0; t < sleep_us; t += 1000) __nanosleep(1000000);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = in[i];
-}
-
-#define CHECK(call)                                                                     \
-  do {                                                                                  \
-    cudaError_t e_ = (call);                                                            \
-    if (e_ != cudaSuccess) {                                                            \
-      std::printf("FAIL %s:%d: %s -> error %d (%s)\n", __FILE__, __LINE__, #call, int(e_), \
-                  cudaGetErrorName(e_));                                                \
-      std::exit(2);                                                                     \
-    }                                                                                   \
-  } while (0)
 
 namespace {
 constexpr int kN = 1024;
