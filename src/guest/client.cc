@@ -544,16 +544,17 @@ Status Client::stream_create(Stream* out, uint64_t flags, int priority) {
 
 Status Client::release_ring(ThreadState& t, uint32_t r) {
   Ring& g = *rings_[r];
-  {
-    std::lock_guard lock(g.mu);
-    // The fence lets device-wide waits and ring reuse see the stream's work
-    // finish after the stream itself is gone.
-    g.drain_to = g.fence_end == g.tail ? g.tail : push_fence_locked(t, g, r);
-    Entry e{};
-    e.op = uint16_t(Op::StreamDestroy);
-    push_locked(t, g, r, e, nullptr);
-  }
-  std::lock_guard lock(rings_mu_);
+  std::lock_guard lock(g.mu);
+  // The fence lets device-wide waits and ring reuse see the stream's work
+  // finish after the stream itself is gone.
+  g.drain_to = g.fence_end == g.tail ? g.tail : push_fence_locked(t, g, r);
+  Entry e{};
+  e.op = uint16_t(Op::StreamDestroy);
+  push_locked(t, g, r, e, nullptr);
+  // Closed under the same lock: a device-wide wait that finds the ring open
+  // after StreamDestroy would push a Fence for a stream that no longer exists.
+  // (stream_create looks at `open` without g.mu, then takes g.mu before it
+  // trusts `drain_to`.)
   g.open.store(false, std::memory_order_release);
   return Status::kSuccess;
 }
