@@ -189,7 +189,7 @@ enum class Kind { Stamp, Record, Wait, DeviceSync };
 struct OpLog {
   Kind kind;
   int thread, phase, seq;  // seq: program order within the thread
-  uint32_t ring = 0;
+  uint32_t ring = 0;  // the stream id (streams may share a ring; positions order one stream)
   uint64_t pos = 0;
   int event = -1;
   int stamp = -1;
@@ -256,7 +256,7 @@ ModelResult run_model(Client& cl, uint64_t seed, Problems& p, const ModelProgram
           CHECK_OK(c->launch(stamp_k, {1}, {1}, &a, sizeof a, s));
         }
         if (op.kind != Kind::DeviceSync) {
-          op.ring = s.ring;
+          op.ring = s.id;  // the stream: positions are compared within one stream only
           op.pos = c->last_position(s);
         }
         std::lock_guard lock(log_mu);
@@ -302,7 +302,7 @@ ModelResult run_model(Client& cl, uint64_t seed, Problems& p, const ModelProgram
     if (st[a.stamp].end < st[b.stamp].start) return;
     if (res.violations++ == 0) {
       char buf[256];
-      std::snprintf(buf, sizeof buf, "%s: stamp %d (ring %u pos %llu) overlaps or follows stamp %d (ring %u pos %llu)",
+      std::snprintf(buf, sizeof buf, "%s: stamp %d (stream %u pos %llu) overlaps or follows stamp %d (stream %u pos %llu)",
                     rule, a.stamp, a.ring, (unsigned long long)a.pos, b.stamp, b.ring, (unsigned long long)b.pos);
       res.first = buf;
     }
@@ -314,7 +314,7 @@ ModelResult run_model(Client& cl, uint64_t seed, Problems& p, const ModelProgram
       const bool a_legacy = a->ring == kLegacyRing, b_legacy = b->ring == kLegacyRing;
       auto is_blocking = [&](uint32_t ring) {
         for (size_t i = 0; i < streams.size(); ++i)
-          if (streams[i].ring == ring) return bool(blocking[i]);
+          if (streams[i].id == ring) return bool(blocking[i]);
         return false;
       };
       const bool pair = (a_legacy && !b_legacy && is_blocking(b->ring)) || (b_legacy && !a_legacy && is_blocking(a->ring));

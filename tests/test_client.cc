@@ -203,7 +203,7 @@ TEST(Client, StreamQueryAndPerThreadStreams) {
   for (uint32_t i = 0; i < 4; ++i)
     ts.emplace_back([&, i] {
       Stream s = c->per_thread_stream();
-      rings[i] = s.ring;
+      rings[i] = c->ring_of_stream(s);
       sim::StampArgs a{d, i, 20000};
       EXPECT_EQ(c->launch(stamp, {1}, {1}, &a, sizeof a, s), Status::kSuccess);
       EXPECT_EQ(c->stream_query(s), Status::kNotReady);

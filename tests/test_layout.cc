@@ -696,6 +696,7 @@ TEST(RingPosition, EntriesWrapAroundTheRingArrayAtEveryOffset) {
   Entry create{};
   create.op = uint16_t(Op::StreamCreate);
   create.thread = S;
+  create.stream = kMaxStreams - 1;  // the client's streams count up from 1
   create.arg[0] = kStreamNonBlocking;
   region.entries(r)[tail++ & mask] = create;
   region.ring(r).tail.store(tail, std::memory_order_release);
@@ -713,6 +714,7 @@ TEST(RingPosition, EntriesWrapAroundTheRingArrayAtEveryOffset) {
       Entry e{};
       e.op = uint16_t(Op::Launch);
       e.thread = S;
+      e.stream = create.stream;
       e.arg[0] = add;
       e.arg[1] = e.arg[2] = e.arg[3] = 1 | uint64_t{1} << 32;
       e.arg[4] = off;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "ordo/layout.h"
 #include "ordo/sim.h"
 
 namespace ordo::sim {
@@ -600,19 +601,19 @@ TEST_F(SimTest, LaunchCopiesArguments) {
 
 TEST_F(SimTest, StreamIds) {
   EXPECT_EQ(b_->stream_create(0, false, 0), Status::kInvalidResourceHandle);  // exists
-  EXPECT_EQ(b_->stream_create(256, false, 0), Status::kInvalidValue);
-  ASSERT_EQ(b_->stream_create(255, false, 0), Status::kSuccess);
-  EXPECT_EQ(b_->stream_create(255, true, 0), Status::kInvalidResourceHandle);
+  EXPECT_EQ(b_->stream_create(kMaxStreams, false, 0), Status::kInvalidValue);
+  ASSERT_EQ(b_->stream_create(kMaxStreams - 1, false, 0), Status::kSuccess);
+  EXPECT_EQ(b_->stream_create(kMaxStreams - 1, true, 0), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->stream_destroy(0), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->stream_destroy(17), Status::kInvalidResourceHandle);
   uint8_t x = 0;
   EXPECT_EQ(b_->memcpy(17, host(&x), host(&x), 1, {}), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->memcpy(1000, host(&x), host(&x), 1, {}), Status::kInvalidResourceHandle);
-  ASSERT_EQ(b_->stream_destroy(255), Status::kSuccess);
-  EXPECT_EQ(b_->stream_destroy(255), Status::kInvalidResourceHandle);
-  EXPECT_EQ(b_->memcpy(255, host(&x), host(&x), 1, {}), Status::kInvalidResourceHandle);
-  ASSERT_EQ(b_->stream_create(255, true, 0), Status::kSuccess);  // id reused
-  EXPECT_TRUE(sync(255));
+  ASSERT_EQ(b_->stream_destroy(kMaxStreams - 1), Status::kSuccess);
+  EXPECT_EQ(b_->stream_destroy(kMaxStreams - 1), Status::kInvalidResourceHandle);
+  EXPECT_EQ(b_->memcpy(kMaxStreams - 1, host(&x), host(&x), 1, {}), Status::kInvalidResourceHandle);
+  ASSERT_EQ(b_->stream_create(kMaxStreams - 1, true, 0), Status::kSuccess);  // id reused
+  EXPECT_TRUE(sync(kMaxStreams - 1));
 }
 
 TEST_F(SimTest, DestroyedStreamFinishesPendingWork) {

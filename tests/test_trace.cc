@@ -27,8 +27,8 @@ TEST(Trace, SeedScenarioShowsTracksSlicesAndEdges) {
       Stream s, s2;
       ASSERT_EQ(c->stream_create(&s, kStreamNonBlocking), Status::kSuccess);
       ASSERT_EQ(c->stream_create(&s2, kStreamNonBlocking), Status::kSuccess);
-      s_ring = s.ring;
-      s2_ring = s2.ring;
+      s_ring = c->ring_of_stream(s);
+      s2_ring = c->ring_of_stream(s2);
       Event e;
       ASSERT_EQ(c->event_create(&e), Status::kSuccess);
       sim::SlowCopyArgs a{out, x, 256, 1000, 0};

@@ -25,13 +25,15 @@
 
 namespace ordo {
 
-// A stream is its ring; the generation catches use after destroy.
+// A stream id (< kMaxStreams) with the generation that catches use after destroy.
+// Streams share rings when they outnumber them (ARCHITECTURE.md, "Streams and rings").
 struct Stream {
-  uint32_t ring = kLegacyRing;
+  uint32_t id = kLegacyStreamId;
   uint32_t generation = 0;
 };
 inline constexpr Stream kLegacyStream{};
-inline constexpr uint32_t kNoRing = 0xffffffffu;  // a stream that could not be created
+inline constexpr uint32_t kNoStream = 0xffffffffu;  // a stream that could not be created
+inline constexpr uint32_t kNoRing = 0xffffffffu;
 
 // An event handle as the worker issued it.
 struct Event {
@@ -112,13 +114,16 @@ class Client {
   Status get_last_error();    // returns and clears this thread's last error
   Status peek_last_error();
 
-  // Position the last entry this thread pushed on `s` got (tests).
+  // Position the last entry this thread pushed on `s` got, and the ring `s` is on (tests).
   uint64_t last_position(Stream s) const;
+  uint32_t ring_of_stream(Stream s) const;
   const Layout& layout() const { return region_->layout(); }
   Region& region() { return *region_; }
 
  private:
   struct Ring;
+  struct StreamState;
+  struct Bound;
   struct EventState;
   struct ThreadState;
   struct SlotPool;
@@ -128,12 +133,13 @@ class Client {
   Status check_async_error(ThreadState& t);
   Status finish(ThreadState& t, Status own);  // record last error, surface async errors
   Status finish_own(ThreadState& t, Status own);  // record last error; async errors stay pending
-  Ring* ring_of(Stream s);
-  // Appends `e` (with edges for its op's ordering role) to ring `r`; caller holds r.mu.
-  uint64_t push_locked(ThreadState& t, Ring& g, uint32_t r, Entry e, EventState* ev);
+  bool bind(Stream s, Bound* out) const;
+  // Appends `e` of stream `stream` (with edges for its op's ordering role, after
+  // any edges `e` already carries) to ring `r`; caller holds r.mu.
+  uint64_t push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, Entry e, EventState* ev);
   void write_entry(Ring& g, uint32_t r, const Entry& e);
   using EdgeList = boost::container::small_vector<Edge, 16>;
-  void legacy_edges(Ring& g, uint32_t r, EdgeList* edges);
+  void legacy_edges(Ring& g, uint32_t r, bool blocking, EdgeList* edges);
   void uses_of_event(const EventState& ev, uint32_t own_ring, EdgeList* edges);
   bool alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset);
   void reclaim_staging(Ring& g, uint32_t r);
@@ -148,14 +154,16 @@ class Client {
   void notify_worker();
   EventState* event_of(Event e);
   Status stream_op(Stream s, Entry e, EventState* ev = nullptr);
-  Status release_ring(ThreadState& t, uint32_t r);
+  Status release_stream(ThreadState& t, uint32_t id);
 
   std::unique_ptr<Region> region_;
   const ClientOptions opt_;
   WorkerBell bell_;
   uint64_t session_;
   std::vector<std::unique_ptr<Ring>> rings_;
-  std::mutex rings_mu_;  // ring allocation only
+  std::unique_ptr<StreamState[]> streams_;  // kMaxStreams, by stream id
+  std::mutex rings_mu_;                     // stream creation and destruction
+  std::deque<uint32_t> free_streams_;       // guarded by rings_mu_; reused oldest first
   std::shared_ptr<SlotPool> slots_;
   uint32_t shared_slot_ = kNoSlot;  // async errors of threads without a permanent slot
   std::mutex lease_mu_;

@@ -19,11 +19,16 @@ namespace ordo {
 
 inline constexpr size_t kCacheLine = 64;
 inline constexpr uint64_t kMagic = 0x314745524f44524fULL;  // "ORDOREG1"
-inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint32_t kLayoutVersion = 3;
 inline constexpr uint32_t kMaxRings = 256;
 inline constexpr uint32_t kMaxSlots = 256;
 inline constexpr uint32_t kMaxEdges = 4;
 inline constexpr uint32_t kLegacyRing = 0;  // the legacy default stream, open from the start
+// Streams are not rings: a guest session names up to kMaxStreams streams, and
+// when they outnumber the rings, several share one (ARCHITECTURE.md, "Streams
+// and rings"). Stream 0 is the legacy default stream, always on ring 0.
+inline constexpr uint32_t kMaxStreams = 65536;
+inline constexpr uint32_t kLegacyStreamId = 0;
 inline constexpr uint32_t kNoSlot = 0xffffffffu;
 
 // The largest module image (ModuleLoad) the worker copies out, and how many
@@ -62,7 +67,7 @@ struct alignas(kCacheLine) Entry {
   uint8_t edge_count;   // <= kMaxEdges
   uint8_t reserved0[3];
   uint32_t thread;      // reply slot of the issuing thread: where async errors go
-  uint32_t reserved1;
+  uint32_t stream;      // ring entries: the stream (< kMaxStreams) the call belongs to
   Edge edges[kMaxEdges];
   uint64_t arg[6];      // see ops.def
 };

@@ -58,6 +58,8 @@ struct WorkerStats {
   std::string json() const;   // one line
 };
 
+struct FenceQueue;  // worker.cc: a ring's fences in flight
+
 class Worker {
  public:
   Worker(Region& region, Backend& backend, WorkerOptions options = {});
@@ -80,13 +82,17 @@ class Worker {
     uint64_t head = 0;        // next position to dispatch == entries dispatched
     uint64_t published = 0;   // head as last stored to shared memory
     bool staged = false;      // `entry` holds a validated copy of position head
-    bool created = false;
     bool chaos_armed = false;
     uint64_t chaos_until_ns = 0;
     bool waited = false;      // counted in edge_waits already
     bool bad_tail_logged = false;
     uint64_t staged_ns = 0;   // when tracing
     Entry entry{};
+    // Streams that got work from this ring since its last Fence: the next
+    // Fence completes once each of them has run that work.
+    std::vector<uint32_t> dirty;
+    uint32_t fence_count = 0;  // fences dispatched: a stream is in `dirty` iff its mark equals this
+    std::shared_ptr<FenceQueue> fences;
   };
   struct SlotState {
     uint64_t taken = 0;       // the last request_seq taken
@@ -102,6 +108,9 @@ class Worker {
   };
 
   bool poll_ring(uint32_t r);
+  Status stream_of(const Entry& e, uint32_t ring) const;
+  void mark_dirty(RingState& rs, uint32_t stream);
+  void dispatch_fence(uint32_t ring, uint64_t pos);
   bool poll_slots();
   bool try_slot(uint32_t s);
   Status check_edges(const Entry& e, uint32_t own_ring, std::string* why);
@@ -128,6 +137,9 @@ class Worker {
   const Layout layout_;  // our own copy: the header is guest-writable
   std::vector<RingState> rings_;
   std::vector<SlotState> slots_;
+  std::vector<uint32_t> stream_ring_;  // per stream id: the ring it was created on, or kNoRingBound
+  std::vector<uint32_t> stream_mark_;  // per stream id: fence_count of its ring when last marked dirty
+  static constexpr uint32_t kNoRingBound = 0xffffffffu;
   std::vector<EventState> events_;
   std::vector<uint32_t> free_events_;
   std::map<uint64_t, uint64_t> allocations_;  // device address -> size, this guest's only

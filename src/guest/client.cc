@@ -32,23 +32,36 @@ constexpr uint64_t align16(uint64_t v) { return (v + 15) & ~uint64_t{15}; }
 
 // Guest-private state of one ring. Nothing here is visible to the worker.
 struct Client::Ring {
-  std::mutex mu;                       // producers that share this stream
+  std::mutex mu;                       // producers on this ring's streams
   uint64_t tail = 0;                   // next position to write
   uint64_t head_cache = 0;             // worker's head as last read
   std::atomic<uint64_t> published{0};  // tail, for other threads' edge snapshots
-  std::atomic<bool> open{false};
-  std::atomic<bool> blocking{true};
-  std::atomic<uint32_t> generation{0};
+  uint32_t live = 0;                   // guarded by rings_mu_: streams on this ring
+  // The ring has carried a blocking stream: later legacy-stream work follows
+  // it. Never cleared: a destroyed blocking stream's pending work counts too,
+  // and an edge too many only orders dispatch, never the device.
+  std::atomic<bool> blocking{false};
   uint64_t legacy_seen = 0;            // legacy positions already covered by an edge from this ring
   std::vector<uint64_t> covered;       // legacy ring only: per ring, positions already covered
   uint64_t fence_end = 0;              // position just past the last fence
-  // A destroyed stream's work still runs (CUDA defers the destroy): the ring
-  // is reused only once `completed` reaches the fence pushed before its
-  // StreamDestroy, and device-wide waits cover it until then.
-  uint64_t drain_to = 0;
   // Staging window: a byte FIFO released in ring order as entries complete.
   uint64_t stage_head = 0, stage_tail = 0, fence_stage = 0;
   std::deque<std::pair<uint64_t, uint64_t>> stage_marks;  // (position, stage_tail after it)
+};
+
+// One stream id. `ring` and `blocking` are fixed while the stream is open.
+struct Client::StreamState {
+  std::atomic<bool> open{false};
+  std::atomic<uint32_t> generation{0};
+  std::atomic<uint32_t> ring{kNoRing};
+  std::atomic<bool> blocking{false};
+  Edge destroyed{};  // guarded by rings_mu_: the last StreamDestroy of this id; the next create follows it
+};
+
+struct Client::Bound {
+  StreamState* st;
+  Ring* g;
+  uint32_t r;
 };
 
 struct Client::EventState {
@@ -73,14 +86,14 @@ struct Client::ThreadState {
   uint64_t error_seen = 0;
   Status last_error = Status::kSuccess;
   uint64_t last_pos = 0;
-  Stream per_thread{kLegacyRing, 0};
+  Stream per_thread{kNoStream, 0};
   bool has_per_thread = false;
 
   ~ThreadState() {
     if (!pool) return;
     std::lock_guard lock(pool->mu);
     if (!pool->client) return;
-    if (has_per_thread) pool->client->release_ring(*this, per_thread.ring);
+    if (has_per_thread) pool->client->release_stream(*this, per_thread.id);
     if (slot != kNoSlot) pool->free.push_back(slot);
   }
 };
@@ -104,6 +117,7 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t s
       opt_(options),
       bell_(region_->path(), region_->header()),
       session_(region_->header()->session),
+      streams_(new StreamState[kMaxStreams]),
       slots_(std::make_shared<SlotPool>()),
       events_(new std::atomic<EventState*>[65536]),
       heap_(std::make_unique<Heap>()),
@@ -118,8 +132,10 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t s
     g->fence_end = g->tail;
     rings_.push_back(std::move(g));
   }
-  rings_[kLegacyRing]->open.store(true);
   rings_[kLegacyRing]->covered.assign(l.ring_count, 0);
+  streams_[kLegacyStreamId].ring.store(kLegacyRing);
+  streams_[kLegacyStreamId].open.store(true);
+  for (uint32_t id = 1; id < kMaxStreams; ++id) free_streams_.push_back(id);
   // Slot partition: permanent slots for the first threads, a few lease slots
   // for sync calls of the threads after them, and one shared error slot for
   // those threads' async errors (ARCHITECTURE.md, "Threads and slots").
@@ -283,6 +299,11 @@ Status Client::peek_last_error() {
   return t.last_error;
 }
 
+uint32_t Client::ring_of_stream(Stream s) const {
+  Bound b;
+  return bind(s, &b) ? b.r : kNoRing;
+}
+
 uint64_t Client::last_position(Stream) const {
   auto it = t_states.find(id_);
   return it == t_states.end() ? 0 : static_cast<ThreadState*>(it->second.get())->last_pos;
@@ -338,12 +359,15 @@ Status Client::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) {
   }
 }
 
-Client::Ring* Client::ring_of(Stream s) {
-  if (s.ring >= rings_.size()) return nullptr;
-  Ring* g = rings_[s.ring].get();
-  if (!g->open.load(std::memory_order_acquire) || g->generation.load(std::memory_order_relaxed) != s.generation)
-    return nullptr;
-  return g;
+bool Client::bind(Stream s, Bound* out) const {
+  if (s.id >= kMaxStreams) return false;
+  StreamState& st = streams_[s.id];
+  if (!st.open.load(std::memory_order_acquire) || st.generation.load(std::memory_order_relaxed) != s.generation)
+    return false;
+  out->st = &st;
+  out->r = st.ring.load(std::memory_order_relaxed);
+  out->g = rings_[out->r].get();
+  return true;
 }
 
 void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
@@ -368,13 +392,11 @@ void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
   notify_worker();
 }
 
-void Client::legacy_edges(Ring& g, uint32_t r, EdgeList* edges) {
+void Client::legacy_edges(Ring& g, uint32_t r, bool blocking, EdgeList* edges) {
   if (r == kLegacyRing) {
     // Legacy stream work follows everything published on blocking streams.
     for (uint32_t q = 1; q < rings_.size(); ++q) {
       Ring& o = *rings_[q];
-      // Closed rings too: a destroyed blocking stream's pending work still
-      // precedes later legacy work. `blocking` stays as its last stream set it.
       if (!o.blocking.load(std::memory_order_relaxed)) continue;
       const uint64_t p = o.published.load(std::memory_order_acquire);
       if (p > g.covered[q]) {
@@ -382,7 +404,7 @@ void Client::legacy_edges(Ring& g, uint32_t r, EdgeList* edges) {
         g.covered[q] = p;
       }
     }
-  } else if (g.blocking.load(std::memory_order_relaxed)) {
+  } else if (blocking) {
     // Blocking stream work follows everything published on the legacy stream.
     const uint64_t p = rings_[kLegacyRing]->published.load(std::memory_order_acquire);
     if (p > g.legacy_seen) {
@@ -400,26 +422,29 @@ void Client::uses_of_event(const EventState& ev, uint32_t own_ring, EdgeList* ed
   for (auto [q, p] : ev.waits) edges->push_back({q, 0, p});
 }
 
-uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, Entry e, EventState* ev) {
+uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, Entry e, EventState* ev) {
   // Inline storage: no heap allocation unless an entry needs more than 16 edges.
   // (Not a reused thread_local vector: a thread_local with a destructor is gone
   // before the static destructors and atexit handlers that may still push.)
   EdgeList edges;
+  for (unsigned k = 0; k < e.edge_count && k < kMaxEdges; ++k) edges.push_back(e.edges[k]);
   const Order order = info(static_cast<Op>(e.op)).order;
   std::unique_lock<std::mutex> ev_lock;
   if (ev) ev_lock = std::unique_lock(ev->mu);
   if (opt_.ordered && order != Order::None) {
-    legacy_edges(g, r, &edges);
+    legacy_edges(g, r, streams_[stream].blocking.load(std::memory_order_relaxed), &edges);
     if (ev && order == Order::EventRead && ev->recorded) edges.push_back(ev->record);
     if (ev && order == Order::EventWrite) uses_of_event(*ev, r, &edges);
   }
   e.thread = t.err_slot;
+  e.stream = stream;
   size_t i = 0;
   // More edges than fit: earlier Nop entries on the same ring carry the rest.
   while (edges.size() - i > kMaxEdges) {
     Entry nop{};
     nop.op = uint16_t(Op::Nop);
     nop.thread = t.err_slot;
+    nop.stream = stream;
     nop.edge_count = kMaxEdges;
     for (uint32_t k = 0; k < kMaxEdges; ++k) nop.edges[k] = edges[i++];
     write_entry(g, r, nop);
@@ -445,7 +470,7 @@ uint64_t Client::push_fence_locked(ThreadState& t, Ring& g, uint32_t r) {
   Entry e{};
   e.op = uint16_t(Op::Fence);
   const uint64_t keep = t.last_pos;  // a fence is bookkeeping, not the caller's call
-  push_locked(t, g, r, e, nullptr);
+  push_locked(t, g, r, kLegacyStreamId, e, nullptr);  // a fence covers the ring, whatever stream it names
   t.last_pos = keep;
   g.fence_end = g.tail;
   g.fence_stage = g.stage_tail;
@@ -485,10 +510,10 @@ bool Client::alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, u
 
 Status Client::stream_op(Stream s, Entry e, EventState* ev) {
   ThreadState& t = thread();
-  Ring* g = ring_of(s);
-  if (!g) return finish(t, Status::kInvalidResourceHandle);
-  std::lock_guard lock(g->mu);
-  push_locked(t, *g, s.ring, e, ev);
+  Bound b;
+  if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
+  std::lock_guard lock(b.g->mu);
+  push_locked(t, *b.g, b.r, s.id, e, ev);
   return finish(t, Status::kSuccess);
 }
 
@@ -497,72 +522,66 @@ Status Client::stream_op(Stream s, Entry e, EventState* ev) {
 Status Client::stream_create(Stream* out, uint64_t flags, int priority) {
   ThreadState& t = thread();
   if (!out || (flags & ~kStreamNonBlocking)) return finish_own(t, Status::kInvalidValue);
-  uint32_t r = 0;
-  {
-    std::unique_lock lock(rings_mu_);
-    uint32_t draining = 0;
-    for (uint32_t q = 1; q < rings_.size() && !r; ++q) {
-      Ring& o = *rings_[q];
-      if (o.open.load()) continue;
-      std::lock_guard rl(o.mu);
-      if (region_->ring(q).completed.load(std::memory_order_acquire) >= o.drain_to) r = q;
-      else if (!draining) draining = q;
-    }
-    if (!r && draining) {
-      // Every free ring still runs a destroyed stream's work: wait for the
-      // first to drain (that needs only the worker), then look again.
-      lock.unlock();
-      Ring& o = *rings_[draining];
-      uint64_t target;
-      {
-        std::lock_guard rl(o.mu);
-        target = o.drain_to;
-      }
-      if (Status st = wait_completed(draining, target); !ok(st)) return finish_own(t, st);
-      return stream_create(out, flags, priority);
-    }
-    if (!r) return finish_own(t, Status::kLaunchOutOfResources);
-    Ring& g = *rings_[r];
-    std::lock_guard rl(g.mu);
-    g.blocking.store(!(flags & kStreamNonBlocking));
-    g.generation.fetch_add(1);
-    g.open.store(true, std::memory_order_release);
-  }
-  region_->header()->ring_open[r / 64].fetch_or(uint64_t{1} << (r % 64), std::memory_order_release);
-  Ring& g = *rings_[r];
+  const bool blocking = !(flags & kStreamNonBlocking);
+  uint32_t id, r = 0, generation;
   Entry e{};
   e.op = uint16_t(Op::StreamCreate);
   e.arg[0] = flags;
   e.arg[1] = uint64_t(int64_t(priority));
   {
-    std::lock_guard lock(g.mu);
-    push_locked(t, g, r, e, nullptr);
+    std::lock_guard lock(rings_mu_);
+    if (free_streams_.empty() || rings_.size() < 2) return finish_own(t, Status::kMemoryAllocation);
+    // The ring with the fewest streams: its own ring while streams are fewer
+    // than rings, shared ones after that (ARCHITECTURE.md, "Streams and rings").
+    for (uint32_t q = 1; q < rings_.size(); ++q)
+      if (!r || rings_[q]->live < rings_[r]->live) r = q;
+    id = free_streams_.front();
+    free_streams_.pop_front();
+    StreamState& st = streams_[id];
+    ++rings_[r]->live;
+    if (blocking) rings_[r]->blocking.store(true, std::memory_order_relaxed);
+    // The worker knows a stream id only once the StreamDestroy of its previous
+    // stream (maybe on another ring) has been dispatched.
+    if (st.destroyed.pos && st.destroyed.ring != r) e.edges[e.edge_count++] = st.destroyed;
+    st.ring.store(r, std::memory_order_relaxed);
+    st.blocking.store(blocking, std::memory_order_relaxed);
+    generation = st.generation.fetch_add(1, std::memory_order_relaxed) + 1;
+    st.open.store(true, std::memory_order_release);
   }
-  *out = {r, g.generation.load()};
+  region_->header()->ring_open[r / 64].fetch_or(uint64_t{1} << (r % 64), std::memory_order_release);
+  Ring& g = *rings_[r];
+  {
+    std::lock_guard lock(g.mu);
+    push_locked(t, g, r, id, e, nullptr);
+  }
+  *out = {id, generation};
   return finish_own(t, Status::kSuccess);
 }
 
-Status Client::release_ring(ThreadState& t, uint32_t r) {
+Status Client::release_stream(ThreadState& t, uint32_t id) {
+  std::lock_guard lock(rings_mu_);
+  StreamState& st = streams_[id];
+  const uint32_t r = st.ring.load(std::memory_order_relaxed);
   Ring& g = *rings_[r];
-  std::lock_guard lock(g.mu);
-  // The fence lets device-wide waits and ring reuse see the stream's work
-  // finish after the stream itself is gone.
-  g.drain_to = g.fence_end == g.tail ? g.tail : push_fence_locked(t, g, r);
+  std::lock_guard rl(g.mu);
+  // CUDA defers the destroy: the stream's work still runs. The fence lets the
+  // ring's later fences (device-wide waits) cover that work once the stream is gone.
+  if (g.fence_end != g.tail) push_fence_locked(t, g, r);
   Entry e{};
   e.op = uint16_t(Op::StreamDestroy);
-  push_locked(t, g, r, e, nullptr);
-  // Closed under the same lock: a device-wide wait that finds the ring open
-  // after StreamDestroy would push a Fence for a stream that no longer exists.
-  // (stream_create looks at `open` without g.mu, then takes g.mu before it
-  // trusts `drain_to`.)
-  g.open.store(false, std::memory_order_release);
+  const uint64_t pos = push_locked(t, g, r, id, e, nullptr);
+  st.destroyed = {r, 0, pos + 1};
+  st.open.store(false, std::memory_order_release);
+  --g.live;
+  free_streams_.push_back(id);
   return Status::kSuccess;
 }
 
 Status Client::stream_destroy(Stream s) {
   ThreadState& t = thread();
-  if (s.ring == kLegacyRing || !ring_of(s)) return finish(t, Status::kInvalidResourceHandle);
-  return finish(t, release_ring(t, s.ring));
+  Bound b;
+  if (s.id == kLegacyStreamId || !bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
+  return finish(t, release_stream(t, s.id));
 }
 
 Stream Client::per_thread_stream() {
@@ -572,24 +591,25 @@ Stream Client::per_thread_stream() {
   }
   // No stream: an invalid handle, never a silent switch to the legacy stream
   // (that would change what the program's calls synchronize with).
-  return t.has_per_thread ? t.per_thread : Stream{kNoRing, 0};
+  return t.has_per_thread ? t.per_thread : Stream{kNoStream, 0};
 }
 
 Status Client::stream_synchronize(Stream s) {
   ThreadState& t = thread();
-  if (!ring_of(s)) return finish(t, Status::kInvalidResourceHandle);
+  Bound b;
+  if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
   std::vector<std::pair<uint32_t, uint64_t>> targets;
-  fence_target(t, s.ring, &targets);
+  fence_target(t, b.r, &targets);
   return wait_targets(t, targets);
 }
 
 Status Client::stream_query(Stream s) {
   ThreadState& t = thread();
-  Ring* g = ring_of(s);
-  if (!g) return finish(t, Status::kInvalidResourceHandle);
-  std::lock_guard lock(g->mu);
-  if (region_->ring(s.ring).completed.load(std::memory_order_acquire) >= g->tail) return finish(t, Status::kSuccess);
-  if (g->fence_end != g->tail) push_fence_locked(t, *g, s.ring);
+  Bound b;
+  if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
+  std::lock_guard lock(b.g->mu);
+  if (region_->ring(b.r).completed.load(std::memory_order_acquire) >= b.g->tail) return finish(t, Status::kSuccess);
+  if (b.g->fence_end != b.g->tail) push_fence_locked(t, *b.g, b.r);
   return finish(t, Status::kNotReady);
 }
 
@@ -783,8 +803,10 @@ bool Client::is_pinned(const void* p, uint64_t size) const {
 
 Status Client::memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, Stream s) {
   ThreadState& t = thread();
-  Ring* g = ring_of(s);
-  if (!g) return finish(t, Status::kInvalidResourceHandle);
+  Bound b;
+  if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
+  Ring* g = b.g;
+  const uint32_t r = b.r;
   if (size == 0) return finish(t, Status::kSuccess);
   if (!src) return finish(t, Status::kInvalidValue);
   std::lock_guard lock(g->mu);
@@ -795,7 +817,7 @@ Status Client::memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, St
     e.arg[0] = dst;
     e.arg[1] = uint64_t(static_cast<const std::byte*>(src) - region_->heap());
     e.arg[2] = size;
-    push_locked(t, *g, s.ring, e, nullptr);
+    push_locked(t, *g, r, s.id, e, nullptr);
     return finish(t, Status::kSuccess);
   }
   // Pageable memory: copied into staging now, so the caller may reuse it on return (as CUDA).
@@ -804,15 +826,15 @@ Status Client::memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, St
   for (uint64_t done = 0; done < size;) {
     const uint64_t n = std::min(chunk, size - done);
     uint64_t off;
-    if (!alloc_staging(t, *g, s.ring, n, &off)) return finish(t, Status::kDevicesUnavailable);
-    std::memcpy(region_->staging(s.ring) + off, static_cast<const std::byte*>(src) + done, n);
+    if (!alloc_staging(t, *g, r, n, &off)) return finish(t, Status::kDevicesUnavailable);
+    std::memcpy(region_->staging(r) + off, static_cast<const std::byte*>(src) + done, n);
     e.flags = mem_flags(MemKind::Device, MemKind::Staging);
     e.arg[0] = dst + done;
     e.arg[1] = off;
     e.arg[2] = n;
-    const uint64_t pos = push_locked(t, *g, s.ring, e, nullptr);
+    const uint64_t pos = push_locked(t, *g, r, s.id, e, nullptr);
     g->stage_marks.push_back({pos, g->stage_tail});
-    if (g->stage_tail - g->fence_stage > w / 4) push_fence_locked(t, *g, s.ring);
+    if (g->stage_tail - g->fence_stage > w / 4) push_fence_locked(t, *g, r);
     done += n;
   }
   return finish(t, Status::kSuccess);
@@ -820,8 +842,10 @@ Status Client::memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, St
 
 Status Client::memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s) {
   ThreadState& t = thread();
-  Ring* g = ring_of(s);
-  if (!g) return finish(t, Status::kInvalidResourceHandle);
+  Bound b;
+  if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
+  Ring* g = b.g;
+  const uint32_t r = b.r;
   if (size == 0) return finish(t, Status::kSuccess);
   if (!dst) return finish(t, Status::kInvalidValue);
   std::lock_guard lock(g->mu);
@@ -832,7 +856,7 @@ Status Client::memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s
     e.arg[0] = uint64_t(static_cast<std::byte*>(dst) - region_->heap());
     e.arg[1] = src;
     e.arg[2] = size;
-    push_locked(t, *g, s.ring, e, nullptr);
+    push_locked(t, *g, r, s.id, e, nullptr);
     return finish(t, Status::kSuccess);
   }
   // Pageable destination: like CUDA, return only once the data is there.
@@ -840,15 +864,15 @@ Status Client::memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s
   for (uint64_t done = 0; done < size;) {
     const uint64_t n = std::min(chunk, size - done);
     uint64_t off;
-    if (!alloc_staging(t, *g, s.ring, n, &off)) return finish(t, Status::kDevicesUnavailable);
+    if (!alloc_staging(t, *g, r, n, &off)) return finish(t, Status::kDevicesUnavailable);
     e.flags = mem_flags(MemKind::Staging, MemKind::Device);
     e.arg[0] = off;
     e.arg[1] = src + done;
     e.arg[2] = n;
-    const uint64_t pos = push_locked(t, *g, s.ring, e, nullptr);
+    const uint64_t pos = push_locked(t, *g, r, s.id, e, nullptr);
     g->stage_marks.push_back({pos, g->stage_tail});
-    if (Status st = wait_completed(s.ring, push_fence_locked(t, *g, s.ring)); !ok(st)) return finish(t, st);
-    std::memcpy(static_cast<std::byte*>(dst) + done, region_->staging(s.ring) + off, n);
+    if (Status st = wait_completed(r, push_fence_locked(t, *g, r)); !ok(st)) return finish(t, st);
+    std::memcpy(static_cast<std::byte*>(dst) + done, region_->staging(r) + off, n);
     done += n;
   }
   return finish(t, Status::kSuccess);
@@ -948,8 +972,10 @@ Status Client::device_info(DeviceInfo* out) {
 Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
                       uint32_t shared_mem) {
   ThreadState& t = thread();
-  Ring* g = ring_of(s);
-  if (!g) return finish(t, Status::kInvalidResourceHandle);
+  Bound b;
+  if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
+  Ring* g = b.g;
+  const uint32_t r = b.r;
   // CUDA's launch limits on every device since compute capability 3.0: refused
   // by the launch itself (cudaErrorInvalidConfiguration), not by a later sync.
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
@@ -967,28 +993,23 @@ Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, 
   e.arg[5] = args_size | uint64_t{shared_mem} << 32;
   uint64_t off = 0;
   if (args_size) {
-    if (!alloc_staging(t, *g, s.ring, args_size, &off)) return finish(t, Status::kInvalidValue);
-    std::memcpy(region_->staging(s.ring) + off, args, args_size);
+    if (!alloc_staging(t, *g, r, args_size, &off)) return finish(t, Status::kInvalidValue);
+    std::memcpy(region_->staging(r) + off, args, args_size);
   }
   e.arg[4] = off;
-  const uint64_t pos = push_locked(t, *g, s.ring, e, nullptr);
+  const uint64_t pos = push_locked(t, *g, r, s.id, e, nullptr);
   if (args_size) {
     g->stage_marks.push_back({pos, g->stage_tail});
-    if (g->stage_tail - g->fence_stage > region_->layout().staging_per_ring / 4) push_fence_locked(t, *g, s.ring);
+    if (g->stage_tail - g->fence_stage > region_->layout().staging_per_ring / 4) push_fence_locked(t, *g, r);
   }
   return finish(t, Status::kSuccess);
 }
 
 void Client::fence_target(ThreadState& t, uint32_t r, std::vector<std::pair<uint32_t, uint64_t>>* targets) {
+  // Ring-wide: a fence waits for every stream on the ring, destroyed ones included.
   Ring& g = *rings_[r];
   std::lock_guard lock(g.mu);
-  const uint64_t done = region_->ring(r).completed.load(std::memory_order_acquire);
-  if (!g.open.load(std::memory_order_acquire) && r != kLegacyRing) {
-    // A destroyed stream's work: its last fence was pushed before the destroy.
-    if (done < g.drain_to) targets->push_back({r, g.drain_to});
-    return;
-  }
-  if (done >= g.tail) return;
+  if (region_->ring(r).completed.load(std::memory_order_acquire) >= g.tail) return;
   targets->push_back({r, g.fence_end == g.tail ? g.tail : push_fence_locked(t, g, r)});
 }
 
@@ -1008,18 +1029,18 @@ Status Client::device_synchronize() {
 
 Status Client::stream_order_wait(Stream s) {
   ThreadState& t = thread();
-  Ring* g = ring_of(s);
-  if (!g) return finish(t, Status::kInvalidResourceHandle);
+  Bound b;
+  if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
   // What stream work issued now on `s` would wait for: the stream itself and,
   // through the legacy stream's implicit synchronization, the legacy stream
   // (from a blocking stream) or every blocking stream, destroyed ones with
   // pending work included (from the legacy stream).
   std::vector<std::pair<uint32_t, uint64_t>> targets;
-  fence_target(t, s.ring, &targets);
-  if (opt_.ordered && s.ring == kLegacyRing) {
+  fence_target(t, b.r, &targets);
+  if (opt_.ordered && s.id == kLegacyStreamId) {
     for (uint32_t r = 1; r < rings_.size(); ++r)
       if (rings_[r]->blocking.load(std::memory_order_relaxed)) fence_target(t, r, &targets);
-  } else if (opt_.ordered && g->blocking.load(std::memory_order_relaxed)) {
+  } else if (opt_.ordered && b.st->blocking.load(std::memory_order_relaxed)) {
     fence_target(t, kLegacyRing, &targets);
   }
   return wait_targets(t, targets);

@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "ordo/layout.h"
 #include "ordo/cuda_backend.h"
 
 namespace {
@@ -49,7 +50,6 @@ namespace {
 namespace ordo::cuda {
 namespace {
 
-constexpr uint32_t kMaxStreams = 256;  // stream ids are ring indices (kMaxRings)
 constexpr uint32_t kMaxEvents = 65536;
 constexpr size_t kMaxModules = 4096;  // live at once
 constexpr uint32_t kMaxNotifyStreams = 64;  // one per guest thread that can wait at once (slot_count)
@@ -736,8 +736,8 @@ class CudaBackend final : public Backend {
   DeviceInfo info_{};
 
   std::mutex mu_;
-  std::array<cudaStream_t, kMaxStreams> streams_{};  // guarded by mu_; [0] = cudaStreamLegacy
-  std::array<OpTag, kMaxStreams> last_tag_{};        // guarded by mu_
+  std::vector<cudaStream_t> streams_ = std::vector<cudaStream_t>(kMaxStreams);  // guarded by mu_; by stream id, [0] = cudaStreamLegacy
+  std::vector<OpTag> last_tag_ = std::vector<OpTag>(kMaxStreams);  // guarded by mu_
   std::unordered_map<uint32_t, cudaEvent_t> events_;     // guarded by mu_
   std::unordered_map<uint32_t, CUmodule> modules_;       // guarded by mu_; 0 = built-in kernels
   KernelIds kernel_slots_;                               // guarded by mu_

@@ -44,6 +44,7 @@
 #include <variant>
 #include <vector>
 
+#include "ordo/layout.h"
 #include "ordo/sim.h"
 
 namespace ordo::sim {
@@ -58,7 +59,6 @@ namespace ordo::sim {
 
 namespace {
 
-constexpr uint32_t kMaxStreams = 256;
 constexpr uint32_t kMaxEvents = 65536;
 constexpr uint32_t kMaxKernels = 65536;
 constexpr uint64_t kMaxAllocBytes = uint64_t{64} << 30;
@@ -763,7 +763,7 @@ class Device final : public Backend {
   }
 
   mutable std::mutex mu_;
-  std::array<std::shared_ptr<Stream>, kMaxStreams> streams_;  // guarded by mu_
+  std::vector<std::shared_ptr<Stream>> streams_ = std::vector<std::shared_ptr<Stream>>(kMaxStreams);  // guarded by mu_; by stream id
   // Live blocking streams, plus destroyed ones stream 0 has yet to depend on.
   std::vector<std::shared_ptr<Stream>> blocking_;  // guarded by mu_
   bool destroyed_blocking_ = false;                // guarded by mu_

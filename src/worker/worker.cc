@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <sstream>
 
 #include "ordo/validate.h"
@@ -30,6 +31,41 @@ constexpr uint32_t kBatch = 64;  // entries per ring per pass before the head is
 
 }  // namespace
 
+// A ring's fences in flight, in ring order. Streams that share a ring finish
+// their work independently, so fence k can complete before fence k-1:
+// `completed` moves only to the end of the longest prefix of completed fences,
+// and so never passes unfinished work of any stream on the ring. Shared with
+// the backend's callbacks, which may outlive the session (then `dead`).
+struct FenceQueue {
+  explicit FenceQueue(RingControl* c) : ctl(c) {}
+  struct Pending {
+    uint64_t end;        // ring position just past the fence
+    uint32_t remaining;  // streams (plus one for the dispatch itself) still running earlier work
+  };
+  RingControl* const ctl;
+  std::mutex mu;
+  std::deque<Pending> queue;  // guarded by mu
+  uint64_t first = 0;         // guarded by mu: sequence number of queue.front()
+  bool dead = false;          // guarded by mu
+
+  uint64_t push(uint64_t end, uint32_t count) {
+    std::lock_guard lock(mu);
+    queue.push_back({end, count});
+    return first + queue.size() - 1;
+  }
+  void done(uint64_t seq) {
+    std::lock_guard lock(mu);
+    if (dead) return;
+    --queue[seq - first].remaining;
+    uint64_t end = 0;
+    for (; !queue.empty() && queue.front().remaining == 0; ++first) {
+      end = queue.front().end;
+      queue.pop_front();
+    }
+    if (end) ctl->completed.store(end, std::memory_order_release);
+  }
+};
+
 Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
     : region_(region),
       backend_(backend),
@@ -37,8 +73,11 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
       layout_(region.layout()),
       rings_(layout_.ring_count),
       slots_(layout_.slot_count),
+      stream_ring_(kMaxStreams, kNoRingBound),
+      stream_mark_(kMaxStreams, 0),
       chaos_rng_(options.chaos_seed) {
-  rings_[kLegacyRing].created = true;
+  for (uint32_t r = 0; r < layout_.ring_count; ++r) rings_[r].fences = std::make_shared<FenceQueue>(&region_.ring(r));
+  stream_ring_[kLegacyStreamId] = kLegacyRing;
   if (opt_.trace) tracer_ = std::make_unique<Tracer>();
   backend_.set_error_sink([this](const OpTag& tag, Status s) { async_error(tag, s); });
   // Copies name host memory inside the region only; the cuda backend pins it.
@@ -249,38 +288,68 @@ Status Worker::event_index(uint64_t handle, uint32_t* index) const {
   return Status::kSuccess;
 }
 
+Status Worker::stream_of(const Entry& e, uint32_t r) const {
+  // A stream is used only on the ring it was created on: its entries' order is that ring's order.
+  if (e.stream >= kMaxStreams || stream_ring_[e.stream] != r) return Status::kInvalidResourceHandle;
+  return Status::kSuccess;
+}
+
+void Worker::mark_dirty(RingState& rs, uint32_t stream) {
+  if (stream_mark_[stream] == rs.fence_count + 1) return;
+  stream_mark_[stream] = rs.fence_count + 1;
+  rs.dirty.push_back(stream);
+}
+
+void Worker::dispatch_fence(uint32_t r, uint64_t pos) {
+  RingState& rs = rings_[r];
+  // One count per stream that got work since the last fence, and one for this
+  // dispatch, dropped last: the fence cannot complete while callbacks are queued.
+  std::shared_ptr<FenceQueue> fq = rs.fences;
+  const uint64_t seq = fq->push(pos + 1, uint32_t(rs.dirty.size()) + 1);
+  for (uint32_t st : rs.dirty) backend_.host_callback(st, [fq, seq] { fq->done(seq); });
+  rs.dirty.clear();
+  ++rs.fence_count;
+  fq->done(seq);
+}
+
 Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
   const Op op = static_cast<Op>(e.op);
   bump(counters_.ops[e.op]);
   bump(counters_.entries);
   RingState& rs = rings_[r];
   const OpTag tag{r, e.thread, pos, e.op};
-  if (op != Op::StreamCreate && op != Op::Nop && !rs.created) return Status::kInvalidResourceHandle;
+  const uint32_t st = e.stream;
   switch (op) {
     case Op::Nop:
       return Status::kSuccess;
+    case Op::Fence:
+      dispatch_fence(r, pos);
+      return Status::kSuccess;
     case Op::StreamCreate: {
-      if (rs.created) return Status::kInvalidResourceHandle;
-      Status s = backend_.stream_create(r, !(e.arg[0] & kStreamNonBlocking), int(int64_t(e.arg[1])));
-      rs.created = ok(s);
+      if (st == kLegacyStreamId || st >= kMaxStreams || stream_ring_[st] != kNoRingBound)
+        return Status::kInvalidResourceHandle;
+      Status s = backend_.stream_create(st, !(e.arg[0] & kStreamNonBlocking), int(int64_t(e.arg[1])));
+      if (ok(s)) {
+        stream_ring_[st] = r;
+        stream_mark_[st] = 0;
+      }
       return s;
     }
-    case Op::StreamDestroy:
-      if (r == kLegacyRing) return Status::kInvalidResourceHandle;
-      rs.created = false;
-      return backend_.stream_destroy(r);
-    case Op::Fence: {
-      RingControl* ctl = &region_.ring(r);
-      // Only forwards: a ring's fences complete in ring order (one stream at a
-      // time; a ring is reused only once drained), and a late callback must
-      // never move `completed` back.
-      backend_.host_callback(r, [ctl, pos] {
-        uint64_t cur = ctl->completed.load(std::memory_order_relaxed);
-        while (cur < pos + 1 && !ctl->completed.compare_exchange_weak(cur, pos + 1, std::memory_order_release)) {
-        }
-      });
-      return Status::kSuccess;
+    case Op::StreamDestroy: {
+      if (Status s = stream_of(e, r); !ok(s) || st == kLegacyStreamId) return Status::kInvalidResourceHandle;
+      stream_ring_[st] = kNoRingBound;
+      // The guest fences before a destroy; work queued since then (none from a
+      // correct guest) is not waited for by later fences of the ring.
+      if (stream_mark_[st] == rs.fence_count + 1) std::erase(rs.dirty, st);
+      stream_mark_[st] = 0;
+      return backend_.stream_destroy(st);
     }
+    default:
+      break;
+  }
+  if (Status s = stream_of(e, r); !ok(s)) return s;
+  mark_dirty(rs, st);
+  switch (op) {
     case Op::Launch: {
       LaunchParams p;
       p.kernel = uint32_t(e.arg[0]);
@@ -289,22 +358,22 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
       p.args = region_.staging(r) + e.arg[4];
       p.args_size = uint32_t(e.arg[5]);
       p.shared_mem = uint32_t(e.arg[5] >> 32);
-      return backend_.launch(r, p, tag);
+      return backend_.launch(st, p, tag);
     }
     case Op::Memcpy: {
       MemOperand dst, src;
       if (Status s = resolve(dst_kind(e.flags), r, e.arg[0], e.arg[2], &dst); !ok(s)) return s;
       if (Status s = resolve(src_kind(e.flags), r, e.arg[1], e.arg[2], &src); !ok(s)) return s;
-      return backend_.memcpy(r, dst, src, e.arg[2], tag);
+      return backend_.memcpy(st, dst, src, e.arg[2], tag);
     }
     case Op::Memset:
       if (Status s = check_device_range(e.arg[0], e.arg[2]); !ok(s)) return s;
-      return backend_.memset(r, e.arg[0], uint8_t(e.arg[1]), e.arg[2], tag);
+      return backend_.memset(st, e.arg[0], uint8_t(e.arg[1]), e.arg[2], tag);
     case Op::EventRecord:
     case Op::StreamWaitEvent: {
       uint32_t idx;
       if (Status s = event_index(e.arg[0], &idx); !ok(s)) return s;
-      return op == Op::EventRecord ? backend_.event_record(r, idx) : backend_.stream_wait_event(r, idx);
+      return op == Op::EventRecord ? backend_.event_record(st, idx) : backend_.stream_wait_event(st, idx);
     }
     default:
       return Status::kNotSupported;  // check_entry keeps slot ops off rings
@@ -537,13 +606,13 @@ void Worker::reset_session() {
   std::mutex mu;
   std::condition_variable cv;
   uint32_t pending = 0;
-  for (uint32_t r = 0; r < layout_.ring_count; ++r) {
-    if (!rings_[r].created) continue;
+  for (uint32_t st = 0; st < kMaxStreams; ++st) {
+    if (stream_ring_[st] == kNoRingBound) continue;
     {
       std::lock_guard lock(mu);
       ++pending;
     }
-    backend_.host_callback(r, [&] {
+    backend_.host_callback(st, [&] {
       std::lock_guard lock(mu);
       if (--pending == 0) cv.notify_one();
     });
@@ -552,8 +621,11 @@ void Worker::reset_session() {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return pending == 0; });
   }
-  for (uint32_t r = 1; r < layout_.ring_count; ++r)
-    if (rings_[r].created) backend_.stream_destroy(r);
+  for (uint32_t st = 1; st < kMaxStreams; ++st)
+    if (stream_ring_[st] != kNoRingBound) backend_.stream_destroy(st);
+  std::fill(stream_ring_.begin(), stream_ring_.end(), kNoRingBound);
+  std::fill(stream_mark_.begin(), stream_mark_.end(), 0);
+  stream_ring_[kLegacyStreamId] = kLegacyRing;
   for (uint32_t i = 0; i < events_.size(); ++i)
     if (events_[i].live) backend_.event_destroy(i);
   for (uint32_t m : modules_) backend_.module_unload(m);
@@ -563,8 +635,14 @@ void Worker::reset_session() {
   counters_.allocations.store(0, std::memory_order_relaxed);
   events_.clear();
   free_events_.clear();
-  for (auto& rs : rings_) rs = RingState{};
-  rings_[kLegacyRing].created = true;
+  for (uint32_t r = 0; r < layout_.ring_count; ++r) {
+    {
+      std::lock_guard lock(rings_[r].fences->mu);
+      rings_[r].fences->dead = true;  // callbacks still queued in the backend belong to the old session
+    }
+    rings_[r] = RingState{};
+    rings_[r].fences = std::make_shared<FenceQueue>(&region_.ring(r));
+  }
   for (auto& ss : slots_) ss = SlotState{};
   {
     std::lock_guard lock(error_mu_);

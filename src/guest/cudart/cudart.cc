@@ -93,11 +93,11 @@ cudaError_t ret(Status s) { return ret(cudaError_t(s)); }
 
 // ---------------------------------------------------------------- handles
 
-// A stream handle encodes the ring and its generation; the client rejects stale ones.
+// A stream handle encodes the stream id and its generation; the client rejects stale ones.
 constexpr uintptr_t kStreamTag = 0x5d;
 
 cudaStream_t to_handle(ordo::Stream s) {
-  return reinterpret_cast<cudaStream_t>(uintptr_t(s.generation) << 32 | uintptr_t(s.ring) << 8 | kStreamTag);
+  return reinterpret_cast<cudaStream_t>(uintptr_t(s.generation) << 32 | uintptr_t(s.id) << 8 | kStreamTag);
 }
 
 // per_thread: the API was compiled with --default-stream per-thread (the _ptsz/_ptds entry points).
