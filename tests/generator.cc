@@ -102,8 +102,8 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
       GEN_OK(c->stream_create(&g->s, g->blocking ? 0 : kStreamNonBlocking));
       g->sid = next_sid++;
     };
-    const int npriv = std::clamp(prog.private_streams, 0, 2);
-    GenStream priv[2];
+    const int npriv = std::max(prog.private_streams, 0);
+    std::vector<GenStream> priv(static_cast<size_t>(npriv));
     for (int i = 0; i < npriv; ++i) make_private(&priv[i]);
     GenStream per_thread = shared[0];
     if (prog.per_thread) per_thread = {c->per_thread_stream(), next_sid++, true, false};

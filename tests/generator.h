@@ -12,9 +12,9 @@ struct GenProgram {
   int threads = 6;        // may exceed the region's reply slots
   int phases = 6;         // barrier-separated: earlier phases happen before later ones
   int ops_per_phase = 12;
-  // Streams per thread: each takes a ring while it lives (the region has a
-  // fixed number, ARCHITECTURE.md "Limits"), so many threads use fewer.
-  int private_streams = 2;  // 0..2
+  // Streams per thread, alive at once; beyond the region's rings they share
+  // rings (ARCHITECTURE.md, "Streams and rings").
+  int private_streams = 2;
   bool per_thread = true;   // the thread's per-thread stream, and children with their own
 };
 

@@ -78,14 +78,37 @@ TEST(Generator, MoreThreadsThanSlots) {
   prog.threads = 80;
   prog.phases = 3;
   prog.ops_per_phase = 6;
-  prog.private_streams = 0;  // 80 threads share the created streams
-  prog.per_thread = false;
+  prog.private_streams = 1;  // with per-thread streams: 160 streams on 15 rings
   auto c = w.attach();
   ASSERT_LT(c->layout().slot_count, uint32_t(prog.threads));
   auto r = scenario::run_generated(*c, 7, p, prog);
   EXPECT_EQ(r.violations, 0u) << r.first;
   EXPECT_TRUE(p.empty()) << p.count() << " problems, first: " << p.first();
   std::printf("80 threads: checked %zu stamped kernels\n", r.stamps);
+}
+
+// Many more live streams than the region has rings (15 at 16 MiB): streams
+// share rings, and every order CUDA promises still holds while each stream
+// is destroyed and re-created with work pending (so ids and rings are reused).
+TEST(Generator, MoreStreamsThanRings) {
+  WorkerProcess w({"--chaos", "31"});
+  scenario::GenProgram prog;
+  prog.threads = 8;
+  prog.phases = 4;
+  prog.ops_per_phase = 16;
+  prog.private_streams = 24;
+  auto c = w.attach();
+  ASSERT_LT(c->layout().ring_count * 4, uint32_t(prog.threads * (prog.private_streams + 1)));
+  size_t stamps = 0;
+  for (uint64_t seed = 1; seed <= 2; ++seed) {
+    scenario::Problems p;
+    auto r = scenario::run_generated(*c, seed, p, prog);
+    stamps += r.stamps;
+    EXPECT_EQ(r.violations, 0u) << "seed " << seed << ": " << r.first;
+    EXPECT_TRUE(p.empty()) << p.count() << " problems, first: " << p.first();
+  }
+  std::printf("%d live streams per program on %u rings: checked %zu stamped kernels\n",
+              prog.threads * (prog.private_streams + 1) + 4, c->layout().ring_count, stamps);
 }
 
 TEST(Generator, RandomProgramsBreakWithoutEdges) {
@@ -100,6 +123,18 @@ TEST(Generator, RandomProgramsBreakWithoutEdges) {
   }
   std::printf("without edges: %zu violated pairs, first: %s\n", violations, first.c_str());
   EXPECT_GT(violations, 0u) << "the generator's check must catch a worker that drops edges";
+  // Also when streams share rings (ring order then hides some violations).
+  WorkerProcess shared({"--chaos", "37", "--unordered"});
+  scenario::GenProgram prog;
+  prog.threads = 8;
+  prog.private_streams = 24;
+  size_t shared_violations = 0;
+  for (uint64_t seed = 1; seed <= 3 && shared_violations == 0; ++seed) {
+    scenario::Problems p;
+    shared_violations += scenario::run_generated(*shared.attach(), seed, p, prog).violations;
+  }
+  std::printf("without edges, streams sharing rings: %zu violated pairs\n", shared_violations);
+  EXPECT_GT(shared_violations, 0u);
 }
 
 }  // namespace

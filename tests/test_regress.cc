@@ -72,7 +72,7 @@ void with_deadline(WorkerProcess& w, std::chrono::seconds limit, const std::func
   t.join();
 }
 
-std::vector<uint8_t> bytes(uint8_t v) { return std::vector<uint8_t>(kBytes, v); }
+std::vector<uint8_t> bytes(uint8_t v, uint64_t n = kBytes) { return std::vector<uint8_t>(n, v); }
 
 // Reads device memory without any device-wide synchronization: on a
 // non-blocking stream into pinned memory, then a sync of that stream only.
@@ -429,6 +429,85 @@ TEST(Regress, LaunchConfigurationErrorsAtLaunch) {
   EXPECT_EQ(c->launch(k, {1}, {32, 32, 1}, &a, sizeof a, kLegacyStream), Status::kSuccess);
   EXPECT_EQ(c->stream_synchronize(kLegacyStream), Status::kSuccess) << "a refused launch left an error pending";
   EXPECT_EQ(c->get_last_error(), Status::kSuccess);
+}
+
+
+// Class 7: streams are allocated as needed, far beyond the region's rings (15
+// at 16 MiB), and none is refused or silently replaced. A chain runs through
+// all of them: stream i copies stream i-1's buffer after waiting for its
+// event, so a wait lost or reordered among streams that share a ring leaves a
+// buffer with the old bytes. Then 200 threads each use a per-thread stream.
+TEST(Regress, ThousandsOfStreams) {
+  WorkerProcess w({"--chaos", "41"});
+  with_deadline(w, 120s, [&] {
+    auto c = w.attach(quick_timeout());
+    ASSERT_LT(c->layout().ring_count, 64u);
+    const uint32_t k = kernel(*c, "ordo_slow_copy");
+    constexpr int kStreams = 2000;
+    constexpr uint64_t kChunk = 256;
+    uint64_t buf = 0;
+    ASSERT_EQ(c->malloc(&buf, kChunk * kStreams), Status::kSuccess);
+    ASSERT_EQ(c->memset_async(buf, kOld, kChunk * kStreams, kLegacyStream), Status::kSuccess);
+    const auto fresh = bytes(kNew, kChunk);
+    ASSERT_EQ(c->memcpy_h2d(buf, fresh.data(), kChunk), Status::kSuccess);
+    std::vector<Stream> s(kStreams);
+    std::vector<Event> e(kStreams);
+    int refused = 0;
+    for (int i = 0; i < kStreams; ++i) {
+      refused += c->stream_create(&s[i], kStreamNonBlocking) != Status::kSuccess;
+      ASSERT_EQ(c->event_create(&e[i]), Status::kSuccess);
+    }
+    ASSERT_EQ(refused, 0) << "stream creation refused with " << kStreams << " streams";
+    for (int i = 1; i < kStreams; ++i) {
+      if (i > 1) {
+        ASSERT_EQ(c->stream_wait_event(s[i], e[i - 1]), Status::kSuccess);
+      }
+      sim::SlowCopyArgs copy{buf + i * kChunk, buf + (i - 1) * kChunk, kChunk, uint32_t(i % 7 == 0 ? 200 : 5), 0};
+      ASSERT_EQ(c->launch(k, {1}, {1}, &copy, sizeof copy, s[i]), Status::kSuccess);
+      ASSERT_EQ(c->event_record(e[i], s[i]), Status::kSuccess);
+    }
+    ASSERT_EQ(c->stream_synchronize(s[kStreams - 1]), Status::kSuccess);
+    std::vector<uint8_t> got(kChunk * kStreams);
+    ASSERT_EQ(c->memcpy_d2h(got.data(), buf, got.size()), Status::kSuccess);
+    int stale = 0;
+    for (int i = 0; i < kStreams; ++i)
+      stale += std::vector<uint8_t>(got.begin() + i * kChunk, got.begin() + (i + 1) * kChunk) != fresh;
+    EXPECT_EQ(stale, 0) << "of " << kStreams << " chained streams";
+    for (int i = 0; i < kStreams; ++i) {
+      EXPECT_EQ(c->stream_destroy(s[i]), Status::kSuccess);
+      EXPECT_EQ(c->event_destroy(e[i]), Status::kSuccess);
+    }
+    EXPECT_EQ(c->get_last_error(), Status::kSuccess);
+
+    // Per-thread streams of many threads: each is a stream of its own, never the legacy one.
+    constexpr int kThreads = 200;
+    uint64_t counters = 0;
+    ASSERT_EQ(c->malloc(&counters, 8 * kThreads), Status::kSuccess);
+    ASSERT_EQ(c->memset_async(counters, 0, 8 * kThreads, kLegacyStream), Status::kSuccess);
+    ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+    const uint32_t addk = kernel(*c, "ordo_add_u64");
+    std::atomic<int> legacy{0}, failed{0};
+    std::barrier all(kThreads);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreads; ++t)
+      ts.emplace_back([&, t] {
+        const Stream pt = c->per_thread_stream();
+        legacy += pt.id == kLegacyStreamId || pt.id == kNoStream;
+        all.arrive_and_wait();  // all alive at once
+        sim::AddU64Args a{counters + 8 * uint64_t(t), uint64_t(t) + 1};
+        failed += c->launch(addk, {1}, {1}, &a, sizeof a, pt) != Status::kSuccess;
+        failed += c->stream_synchronize(pt) != Status::kSuccess;
+        failed += c->get_last_error() != Status::kSuccess;
+      });
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(legacy.load(), 0) << "per-thread streams replaced by the legacy stream";
+    EXPECT_EQ(failed.load(), 0);
+    std::vector<uint64_t> sums(kThreads);
+    ASSERT_EQ(c->memcpy_d2h(sums.data(), counters, 8 * kThreads), Status::kSuccess);
+    int wrong = 0;
+    for (int t = 0; t < kThreads; ++t) wrong += sums[t] != uint64_t(t) + 1;
+    EXPECT_EQ(wrong, 0) << "of " << kThreads << " per-thread stream kernels";
+  });
 }
 
 }  // namespace
