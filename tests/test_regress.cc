@@ -510,5 +510,78 @@ TEST(Regress, ThousandsOfStreams) {
   });
 }
 
+
+// Class 8: a host function returns at once and runs later, after the stream's
+// earlier work, and the stream's later work waits for it. Each function here
+// waits for a flag the calling thread sets only after the call returned (a
+// deadlock when the call runs the function itself), checks the stream's
+// earlier copy landed, then writes the pinned bytes the stream's next copy
+// reads. On every stream kind.
+TEST(Regress, HostFunctionsRunAsynchronously) {
+  WorkerProcess w({"--chaos", "43"});
+  with_deadline(w, 60s, [&] {
+    auto c = w.attach(quick_timeout());
+    const uint32_t k = kernel(*c, "ordo_slow_copy");
+    uint64_t src = 0, mid = 0, out = 0;
+    ASSERT_EQ(c->malloc(&src, kBytes), Status::kSuccess);
+    ASSERT_EQ(c->malloc(&mid, kBytes), Status::kSuccess);
+    ASSERT_EQ(c->malloc(&out, kBytes), Status::kSuccess);
+    void* seen_p = nullptr;
+    void* next_p = nullptr;
+    ASSERT_EQ(c->malloc_host(&seen_p, kBytes), Status::kSuccess);
+    ASSERT_EQ(c->malloc_host(&next_p, kBytes), Status::kSuccess);
+    auto* seen = static_cast<uint8_t*>(seen_p);
+    auto* next = static_cast<uint8_t*>(next_p);
+    Stream blocking, nonblocking;
+    ASSERT_EQ(c->stream_create(&blocking), Status::kSuccess);
+    ASSERT_EQ(c->stream_create(&nonblocking, kStreamNonBlocking), Status::kSuccess);
+    const struct {
+      const char* name;
+      std::function<Stream()> get;
+    } kinds[] = {{"legacy", [] { return kLegacyStream; }},
+                 {"blocking", [&] { return blocking; }},
+                 {"non-blocking", [&] { return nonblocking; }},
+                 {"per-thread", [&] { return c->per_thread_stream(); }}};
+    int ran_early = 0, saw_stale = 0, wrong_after = 0, timed_out = 0;
+    for (int i = 0; i < 8; ++i)
+      for (const auto& kind : kinds) {
+        SCOPED_TRACE(kind.name);
+        const Stream s = kind.get();
+        const uint8_t v = uint8_t(0x30 + i);
+        ASSERT_EQ(c->memset_async(src, v, kBytes, s), Status::kSuccess);
+        std::memset(seen, 0, kBytes);
+        std::memset(next, 0, kBytes);
+        sim::SlowCopyArgs slow{mid, src, kBytes, 2000, 0};
+        ASSERT_EQ(c->launch(k, {1}, {1}, &slow, sizeof slow, s), Status::kSuccess);
+        ASSERT_EQ(c->memcpy_d2h_async(seen, mid, kBytes, s), Status::kSuccess);  // pinned: stream work
+        std::atomic<bool> go{false}, ran{false};
+        ASSERT_EQ(c->host_func(s, [&] {
+          const auto until = std::chrono::steady_clock::now() + 5s;
+          while (!go.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+          timed_out += !go.load();
+          saw_stale += std::count(seen, seen + kBytes, v) != ptrdiff_t(kBytes);
+          std::this_thread::sleep_for(3ms);  // the next copy must wait for this, not race it
+          std::memset(next, v + 1, kBytes);
+          ran = true;
+        }), Status::kSuccess);
+        ran_early += ran.load();
+        go = true;  // what the caller does next, after the call returned
+        ASSERT_EQ(c->memcpy_h2d_async(out, next, kBytes, s), Status::kSuccess);  // pinned: read when it runs
+        ASSERT_EQ(c->stream_synchronize(s), Status::kSuccess);
+        EXPECT_TRUE(ran.load()) << "stream_synchronize returned before the host function ran";
+        std::vector<uint8_t> got(kBytes);
+        ASSERT_EQ(c->memcpy_d2h(got.data(), out, kBytes), Status::kSuccess);
+        wrong_after += got != std::vector<uint8_t>(kBytes, uint8_t(v + 1));
+      }
+    EXPECT_EQ(ran_early, 0) << "host functions ran before host_func returned";
+    EXPECT_EQ(timed_out, 0) << "host functions waited for the caller in vain";
+    EXPECT_EQ(saw_stale, 0) << "host functions ran before the stream's earlier work";
+    EXPECT_EQ(wrong_after, 0) << "the stream's later work did not wait for the host function";
+    EXPECT_EQ(c->stream_destroy(blocking), Status::kSuccess);
+    EXPECT_EQ(c->stream_destroy(nonblocking), Status::kSuccess);
+    EXPECT_EQ(c->get_last_error(), Status::kSuccess);
+  });
+}
+
 }  // namespace
 }  // namespace ordo::test

@@ -6,6 +6,7 @@
 // on device work.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -132,6 +133,11 @@ class Backend {
   // Runs fn once all work enqueued so far on `stream` has completed. Like
   // cudaLaunchHostFunc: later work on the stream waits for fn to return.
   virtual void host_callback(uint32_t stream, std::function<void()> fn) = 0;
+  // Later work on `stream` waits until *word >= value (cuStreamWaitValue64 with
+  // CU_STREAM_WAIT_VALUE_GEQ). `word` is in the shared region, written by the
+  // guest; the caller must not block on it (a session reset ends every wait
+  // by writing the word itself).
+  virtual Status stream_wait_value(uint32_t stream, const std::atomic<uint64_t>* word, uint64_t value) = 0;
 
   virtual Status malloc(uint64_t size, uint64_t* device_addr) = 0;
   virtual Status free(uint64_t device_addr) = 0;  // caller made sure no work uses it

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,6 +104,11 @@ class Client {
   Status launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
                 uint32_t shared_mem = 0);
 
+  // Host functions (cudaLaunchHostFunc): returns at once; `fn` runs on the
+  // client's host-function thread once the stream's earlier work completed,
+  // and the stream's later work waits until it returned.
+  Status host_func(Stream s, std::function<void()> fn);
+
   // Device-wide.
   Status device_synchronize();
   // Waits for everything that stream work issued now on `s` would follow: the
@@ -127,6 +133,7 @@ class Client {
   struct EventState;
   struct ThreadState;
   struct SlotPool;
+  struct HostFuncs;
 
   Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t session);
   ThreadState& thread();
@@ -155,6 +162,7 @@ class Client {
   EventState* event_of(Event e);
   Status stream_op(Stream s, Entry e, EventState* ev = nullptr);
   Status release_stream(ThreadState& t, uint32_t id);
+  void run_host_funcs();
 
   std::unique_ptr<Region> region_;
   const ClientOptions opt_;
@@ -173,6 +181,7 @@ class Client {
   std::mutex events_mu_;
   struct Heap;
   std::unique_ptr<Heap> heap_;
+  std::unique_ptr<HostFuncs> host_funcs_;
   const uint64_t id_;
   uint64_t guest_session_ = 0;
   std::atomic<bool> lost_{false};  // the worker died or dropped this session

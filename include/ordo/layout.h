@@ -104,6 +104,15 @@ struct ReplySlot {
 };
 static_assert(sizeof(ReplySlot) == 832);
 
+// A host function's handshake (HostFunc), in the pinned heap: the worker says
+// the stream reached it, the guest's runner thread runs the function and says
+// it is done, and only then does the stream go on. Tickets only grow.
+struct HostFuncWords {
+  std::atomic<uint64_t> reached;  // worker
+  std::atomic<uint64_t> done;     // guest
+};
+static_assert(sizeof(HostFuncWords) == 16);
+
 // Offsets and sizes. Written once by the worker when it creates the region.
 struct Layout {
   uint64_t region_size;

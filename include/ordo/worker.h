@@ -139,6 +139,7 @@ class Worker {
   std::vector<SlotState> slots_;
   std::vector<uint32_t> stream_ring_;  // per stream id: the ring it was created on, or kNoRingBound
   std::vector<uint32_t> stream_mark_;  // per stream id: fence_count of its ring when last marked dirty
+  std::vector<std::pair<HostFuncWords*, uint64_t>> host_waits_;  // streams held for host functions
   static constexpr uint32_t kNoRingBound = 0xffffffffu;
   std::vector<EventState> events_;
   std::vector<uint32_t> free_events_;

@@ -103,6 +103,27 @@ struct Client::Heap {
   std::unique_ptr<bip::managed_external_buffer> buf;
 };
 
+// Host functions waiting for their stream. The handshake words live in the
+// pinned heap (HostFuncWords); one runner thread polls them, since the worker
+// cannot wake a thread across the VM boundary.
+struct Client::HostFuncs {
+  static constexpr uint32_t kSlots = 1024;  // host functions outstanding at once; more wait for one to finish
+  struct Pending {
+    uint32_t slot;
+    uint64_t ticket;
+    std::function<void()> fn;
+  };
+  std::mutex mu;
+  std::condition_variable work_cv;  // the runner: new pending functions, or stop
+  std::condition_variable slot_cv;  // callers: a free slot
+  HostFuncWords* words = nullptr;   // kSlots of them, or null until the first host function
+  std::vector<uint64_t> tickets;
+  std::vector<uint32_t> free;
+  std::deque<Pending> pending;
+  bool stop = false;
+  std::thread runner;
+};
+
 namespace {
 thread_local std::unordered_map<uint64_t, std::unique_ptr<void, void (*)(void*)>> t_states;
 // The state of the client this thread used last: every call needs it, and a
@@ -121,6 +142,7 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t s
       slots_(std::make_shared<SlotPool>()),
       events_(new std::atomic<EventState*>[65536]),
       heap_(std::make_unique<Heap>()),
+      host_funcs_(std::make_unique<HostFuncs>()),
       id_(g_next_client_id.fetch_add(1)),
       guest_session_(session) {
   const Layout& l = region_->layout();
@@ -160,6 +182,13 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t s
 }
 
 Client::~Client() {
+  {
+    std::lock_guard lock(host_funcs_->mu);
+    host_funcs_->stop = true;
+  }
+  host_funcs_->work_cv.notify_all();
+  host_funcs_->slot_cv.notify_all();
+  if (host_funcs_->runner.joinable()) host_funcs_->runner.join();
   {
     std::lock_guard lock(slots_->mu);
     slots_->client = nullptr;
@@ -1044,6 +1073,97 @@ Status Client::stream_order_wait(Stream s) {
     fence_target(t, kLegacyRing, &targets);
   }
   return wait_targets(t, targets);
+}
+
+Status Client::host_func(Stream s, std::function<void()> fn) {
+  ThreadState& t = thread();
+  Bound b;
+  if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
+  if (!fn) return finish(t, Status::kInvalidValue);
+  HostFuncs& h = *host_funcs_;
+  uint32_t slot;
+  uint64_t ticket;
+  {
+    std::unique_lock lock(h.mu);
+    if (!h.words) {
+      void* p = nullptr;
+      if (Status st = malloc_host(&p, sizeof(HostFuncWords) * HostFuncs::kSlots); !ok(st)) return finish(t, st);
+      h.words = static_cast<HostFuncWords*>(p);
+      for (uint32_t i = 0; i < HostFuncs::kSlots; ++i) {
+        h.words[i].reached.store(0, std::memory_order_relaxed);
+        h.words[i].done.store(0, std::memory_order_relaxed);
+        h.free.push_back(HostFuncs::kSlots - 1 - i);
+      }
+      h.tickets.assign(HostFuncs::kSlots, 0);
+      h.runner = std::thread([this] { run_host_funcs(); });
+    }
+    // All slots taken: one frees once its function ran, which needs only the worker.
+    while (h.free.empty()) {
+      if (lost_.load(std::memory_order_relaxed) || h.stop) return finish(t, Status::kDevicesUnavailable);
+      h.slot_cv.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    slot = h.free.back();
+    h.free.pop_back();
+    ticket = ++h.tickets[slot];
+    h.pending.push_back({slot, ticket, std::move(fn)});
+  }
+  h.work_cv.notify_one();
+  Entry e{};
+  e.op = uint16_t(Op::HostFunc);
+  e.arg[0] = uint64_t(reinterpret_cast<std::byte*>(&h.words[slot]) - region_->heap());
+  e.arg[1] = ticket;
+  {
+    std::lock_guard lock(b.g->mu);
+    push_locked(t, *b.g, b.r, s.id, e, nullptr);
+  }
+  return finish(t, Status::kSuccess);
+}
+
+void Client::run_host_funcs() {
+  HostFuncs& h = *host_funcs_;
+  std::unique_lock lock(h.mu);
+  uint32_t idle = 0;
+  while (!h.stop) {
+    if (h.pending.empty()) {
+      idle = 0;
+      h.work_cv.wait(lock, [&] { return h.stop || !h.pending.empty(); });
+      continue;
+    }
+    // Any that was reached, not only the oldest: streams progress independently.
+    auto it = std::find_if(h.pending.begin(), h.pending.end(), [&](const HostFuncs::Pending& p) {
+      return h.words[p.slot].reached.load(std::memory_order_acquire) >= p.ticket;
+    });
+    if (it == h.pending.end()) {
+      if (lost_.load(std::memory_order_relaxed)) {
+        h.work_cv.wait_for(lock, std::chrono::milliseconds(100));
+        continue;
+      }
+      // Poll with capped backoff, as wait_worker does.
+      lock.unlock();
+      if (++idle < 64) {
+        _mm_pause();
+      } else {
+        timespec ts{0, long(std::min<uint32_t>(2u << std::min<uint32_t>(idle - 64, 8), 500)) * 1000};
+        nanosleep(&ts, nullptr);
+      }
+      lock.lock();
+      continue;
+    }
+    idle = 0;
+    HostFuncs::Pending p = std::move(*it);
+    h.pending.erase(it);
+    lock.unlock();
+    try {
+      p.fn();
+    } catch (...) {
+      // A throwing host function must not end the runner (CUDA's would terminate the program).
+    }
+    h.words[p.slot].done.store(p.ticket, std::memory_order_release);
+    _mm_sfence();  // out of the write-combining buffer of a BAR mapping now, not eventually
+    lock.lock();
+    h.free.push_back(p.slot);
+    h.slot_cv.notify_one();
+  }
 }
 
 Status Client::null_call() {

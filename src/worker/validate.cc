@@ -55,6 +55,10 @@ Status check_entry(const Entry& e, Path path, const Layout& l, std::string* why)
     case Op::Memset:
       if (e.arg[1] > 0xff) return bad(why, "memset value is not a byte");
       return Status::kSuccess;
+    case Op::HostFunc:
+      if (e.arg[0] % alignof(HostFuncWords) || !range_ok(e.arg[0], sizeof(HostFuncWords), l.heap_size))
+        return bad(why, "host function words outside the pinned heap or misaligned");
+      return Status::kSuccess;
     case Op::StreamCreate:
       if (e.arg[0] & ~kStreamNonBlocking) return bad(why, "unknown stream flags");
       return Status::kSuccess;

@@ -375,6 +375,18 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
       if (Status s = event_index(e.arg[0], &idx); !ok(s)) return s;
       return op == Op::EventRecord ? backend_.event_record(st, idx) : backend_.stream_wait_event(st, idx);
     }
+    case Op::HostFunc: {
+      // The guest runs the function (CUDA runs it on a runtime thread of the
+      // program): tell it when the stream got there, and hold the stream until
+      // it says done. Neither step blocks this thread.
+      auto* w = reinterpret_cast<HostFuncWords*>(region_.heap() + e.arg[0]);  // check_entry: in the heap, aligned
+      const uint64_t ticket = e.arg[1];
+      backend_.host_callback(st, [w, ticket] { w->reached.store(ticket, std::memory_order_release); });
+      if (host_waits_.size() >= 4096)
+        std::erase_if(host_waits_, [](auto& hw) { return hw.first->done.load(std::memory_order_acquire) >= hw.second; });
+      host_waits_.push_back({w, ticket});
+      return backend_.stream_wait_value(st, &w->done, ticket);
+    }
     default:
       return Status::kNotSupported;  // check_entry keeps slot ops off rings
   }
@@ -602,6 +614,13 @@ void Worker::attach_session(uint64_t session) {
 }
 
 void Worker::reset_session() {
+  // A guest that is gone runs no more host functions: end the streams' waits for them.
+  for (auto [w, ticket] : host_waits_) {
+    uint64_t cur = w->done.load(std::memory_order_relaxed);
+    while (cur < ticket && !w->done.compare_exchange_weak(cur, ticket, std::memory_order_release)) {
+    }
+  }
+  host_waits_.clear();
   // Let queued device work finish before freeing what it may use.
   std::mutex mu;
   std::condition_variable cv;

@@ -807,29 +807,21 @@ cudaError_t CUDARTAPI cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t 
   return ret(c->stream_wait_event(s, to_event(event)));
 }
 
-// Host functions run in the calling thread once everything the stream's next
-// work would follow is done (the stream, and the legacy stream's implicit
-// synchronization), before the call returns. That keeps CUDA's ordering:
-// everything this thread enqueues afterwards is issued after fn returned, and
-// work other threads enqueue concurrently is unordered against this call in
-// CUDA too. Known gap (issue: asynchronous host functions): the caller waits
-// where CUDA returns at once, so a host function that waits for the caller's
-// next step deadlocks.
+// Host functions return at once. The function runs on the client's host-function
+// thread once the stream got there (legacy-stream synchronization included:
+// the HostFunc entry is stream work like a launch), and the stream's later work
+// waits for it (ARCHITECTURE.md, "Host functions").
 cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
   CLIENT(c);
   if (!fn) return ret(cudaErrorInvalidValue);
   STREAM(c, stream, false, s);
-  if (Status st = c->stream_order_wait(s); !ok(st)) return ret(st);
-  fn(data);
-  return cudaSuccess;
+  return ret(c->host_func(s, [fn, data] { fn(data); }));
 }
 cudaError_t CUDARTAPI cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void* data) {
   CLIENT(c);
   if (!fn) return ret(cudaErrorInvalidValue);
   STREAM(c, stream, true, s);
-  if (Status st = c->stream_order_wait(s); !ok(st)) return ret(st);
-  fn(data);
-  return cudaSuccess;
+  return ret(c->host_func(s, [fn, data] { fn(data); }));
 }
 
 cudaError_t CUDARTAPI cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t cb, void* data,
@@ -837,11 +829,9 @@ cudaError_t CUDARTAPI cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallb
   CLIENT(c);
   if (!cb || flags != 0) return ret(cudaErrorInvalidValue);
   STREAM(c, stream, false, s);
-  // As cudaLaunchHostFunc; the callback also learns the stream's status.
-  const Status st = c->stream_order_wait(s);
-  if (st == Status::kDevicesUnavailable || st == Status::kInvalidResourceHandle) return ret(st);
-  cb(stream, cudaError_t(st), data);
-  return cudaSuccess;
+  // As cudaLaunchHostFunc. The status argument: errors of earlier work reach
+  // the program through its next call, as they do without ordo.
+  return ret(c->host_func(s, [cb, stream, data] { cb(stream, cudaSuccess, data); }));
 }
 cudaError_t CUDARTAPI cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t cb, void* data,
                                                  unsigned int flags) {
