@@ -15,6 +15,8 @@
 //   C3 legacy stream  legacy <-> blocking-stream work ordered by happens-before
 //   C4 device sync    work before cudaDeviceSynchronize -> work after it
 //   C5 stream sync    a stream's work before cudaStreamSynchronize -> work after it
+//   C6 host function  the thread's earlier work the stream follows -> the function -> the stream's later work
+//                     (checked through pinned copies on both sides of it)
 // Happens-before across threads comes from barriers between phases and from
 // joining child threads.
 #include "generator.h"
@@ -89,6 +91,20 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
   GEN_OK(c->memset_async(dstamps, 0, max_stamps * sizeof(sim::Stamp), kLegacyStream));
   GEN_OK(c->device_synchronize());
 
+  // Host functions: a snapshot of the stamp the function must follow, copied
+  // just before it, and the flag it sets, copied to the device just after it.
+  const int max_hf = prog.threads * prog.phases * prog.ops_per_phase;
+  void* hf_host = nullptr;
+  GEN_OK(c->malloc_host(&hf_host, uint64_t(max_hf) * (sizeof(sim::Stamp) + 4)));
+  auto* hf_snap = static_cast<sim::Stamp*>(hf_host);
+  auto* hf_flag = reinterpret_cast<uint32_t*>(hf_snap + max_hf);
+  std::memset(hf_host, 0, uint64_t(max_hf) * (sizeof(sim::Stamp) + 4));
+  uint64_t hf_dev = 0;
+  GEN_OK(c->malloc(&hf_dev, uint64_t(max_hf) * 4));
+  GEN_OK(c->memset_async(hf_dev, 0, uint64_t(max_hf) * 4, kLegacyStream));
+  GEN_OK(c->device_synchronize());
+  std::atomic<int> next_hf{0}, hf_early{0};
+
   std::mutex log_mu;
   std::vector<Logged> log;
   std::atomic<int> next_stamp{0};
@@ -119,6 +135,7 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
       std::lock_guard lock(log_mu);
       log.push_back(l);
     };
+    Logged last{Kind::Stamp};  // this thread's latest stamp (stamp -1: none yet)
     auto stamp_on = [&](const GenStream& g, int phase) {
       Logged l{Kind::Stamp, th, phase, seq++, g.sid, g.legacy, g.blocking};
       l.stamp = next_stamp++;
@@ -126,6 +143,7 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
       GEN_OK(c->launch(stamp_k, {1}, {1}, &a, sizeof a, g.s));
       l.pos = c->last_position(g.s);
       add(l);
+      last = l;
     };
     for (int ph = 0; ph < prog.phases; ++ph) {
       for (int k = 0; k < prog.ops_per_phase; ++k) {
@@ -182,6 +200,23 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
           const uint64_t a = scratch + uint64_t(th) * 2 * kScratch;
           if (rng() % 2) GEN_OK(c->memset_async(a, uint8_t(rng()), kScratch, g.s));
           else GEN_OK(c->memcpy_d2d_async(a + kScratch, a, kScratch, g.s));
+        } else if (roll < 97) {  // a host function on any stream kind
+          const GenStream& g = pick();
+          const int idx = next_hf++;
+          if (idx >= max_hf) continue;
+          // Stream work issued now on g follows `last` by C1 or C3: so must the function.
+          const bool follows = last.stamp >= 0 && (last.sid == g.sid || (g.legacy && !last.legacy && last.blocking) ||
+                                                   (!g.legacy && g.blocking && last.legacy));
+          if (follows)
+            GEN_OK(c->memcpy_d2h_async(&hf_snap[idx], dstamps + uint64_t(last.stamp) * sizeof(sim::Stamp),
+                                       sizeof(sim::Stamp), g.s));
+          const uint32_t nap = uint32_t(rng() % 300);
+          GEN_OK(c->host_func(g.s, [&, idx, follows, nap] {
+            if (follows && hf_snap[idx].end == 0) ++hf_early;
+            std::this_thread::sleep_for(std::chrono::microseconds(nap));
+            hf_flag[idx] = uint32_t(idx) + 1;
+          }));
+          GEN_OK(c->memcpy_h2d_async(hf_dev + uint64_t(idx) * 4, &hf_flag[idx], 4, g.s));
         } else {
           stamp_on(pick(), ph);
         }
@@ -252,7 +287,18 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
       all_precede([&](const Logged& a) { return a.sid == o.sid && hb(a, o); },
                   [&](const Logged& b) { return hb(o, b); }, "C5 stream sync");
   }
+  const int hfs = std::min(next_hf.load(), max_hf);
+  std::vector<uint32_t> flags(size_t(std::max(hfs, 1)));
+  if (hfs) GEN_OK(c->memcpy_d2h(flags.data(), hf_dev, uint64_t(hfs) * 4));
+  for (int i = 0; i < hfs; ++i)
+    if (flags[size_t(i)] != uint32_t(i) + 1 && res.violations++ == 0)
+      res.first = "C6 host function " + std::to_string(i) + ": the stream's next copy ran before it returned";
+  if (hf_early.load() && res.violations++ == 0)
+    res.first = "C6 host function: " + std::to_string(hf_early.load()) + " ran before the stream's earlier work";
+  res.host_functions = size_t(hfs);
   for (size_t i = 1; i < shared.size(); ++i) GEN_OK(c->stream_destroy(shared[i].s));
+  GEN_OK(c->free(hf_dev));
+  GEN_OK(c->free_host(hf_host));
   GEN_OK(c->free(dstamps));
   GEN_OK(c->free(scratch));
   return res;

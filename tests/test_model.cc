@@ -54,19 +54,21 @@ TEST(Model, RandomProgramsBreakWithoutEdges) {
 
 // The generator: every stream/event API, destroy with pending work, ring and
 // handle reuse, re-records across streams, event destroy with pending waits,
-// per-thread streams of exiting threads.
+// per-thread streams of exiting threads, host functions on every stream kind.
 TEST(Generator, RandomProgramsKeepEveryAllowedOrder) {
   WorkerProcess w({"--chaos", "23"}, "64M");  // 63 stream rings
-  size_t stamps = 0;
+  size_t stamps = 0, hfs = 0;
   for (uint64_t seed = 1; seed <= 3; ++seed) {
     scenario::Problems p;
     auto r = scenario::run_generated(*w.attach(), seed, p);
     stamps += r.stamps;
+    hfs += r.host_functions;
     EXPECT_EQ(r.violations, 0u) << "seed " << seed << ": " << r.first;
     EXPECT_TRUE(p.empty()) << p.count() << " problems, first: " << p.first();
   }
-  std::printf("checked %zu stamped kernels over 3 generated programs\n", stamps);
+  std::printf("checked %zu stamped kernels and %zu host functions over 3 generated programs\n", stamps, hfs);
   EXPECT_GT(stamps, 300u);
+  EXPECT_GT(hfs, 10u);
 }
 
 // More threads than the region has reply slots (64 at 16 MiB), each with its
