@@ -583,5 +583,58 @@ TEST(Regress, HostFunctionsRunAsynchronously) {
   });
 }
 
+
+// Class 9: a kernel's illegal memory access is CUDA's 700, sticky for the
+// context: every later call of every thread fails with it, and
+// cudaGetLastError keeps returning it.
+TEST(Regress, KernelFaultIsStickyForEveryThread) {
+  WorkerProcess w;
+  with_deadline(w, 30s, [&] {
+    auto c = w.attach(quick_timeout());
+    const uint32_t add = kernel(*c, "ordo_add_u64");
+    uint64_t counter = 0;
+    ASSERT_EQ(c->malloc(&counter, 8), Status::kSuccess);
+    Stream a;
+    ASSERT_EQ(c->stream_create(&a, kStreamNonBlocking), Status::kSuccess);
+    sim::AddU64Args bad{counter + (uint64_t{1} << 32), 1};  // far outside any allocation
+    ASSERT_EQ(c->launch(add, {1}, {1}, &bad, sizeof bad, a), Status::kSuccess);
+    EXPECT_EQ(c->stream_synchronize(a), Status::kIllegalAddress);
+    // Another thread that never touched stream a sees the fault in every call.
+    std::thread([&] {
+      uint64_t d = 0;
+      EXPECT_EQ(c->malloc(&d, 64), Status::kIllegalAddress);
+      sim::AddU64Args good{counter, 1};
+      EXPECT_EQ(c->launch(add, {1}, {1}, &good, sizeof good, kLegacyStream), Status::kIllegalAddress);
+      EXPECT_EQ(c->device_synchronize(), Status::kIllegalAddress);
+      EXPECT_EQ(c->get_last_error(), Status::kIllegalAddress);
+      EXPECT_EQ(c->get_last_error(), Status::kIllegalAddress) << "a sticky error is not cleared by reading it";
+    }).join();
+    EXPECT_EQ(c->get_last_error(), Status::kIllegalAddress);
+    EXPECT_EQ(c->get_last_error(), Status::kIllegalAddress);
+    // A new process (session) starts clean.
+    c.reset();
+    auto fresh = w.attach(quick_timeout());
+    uint64_t d = 0;
+    EXPECT_EQ(fresh->malloc(&d, 64), Status::kSuccess);
+    EXPECT_EQ(fresh->get_last_error(), Status::kSuccess);
+  });
+}
+
+// Class 9: dynamic shared memory above what the device allows any kernel
+// (DeviceInfo::shared_mem_per_block_optin) fails the launch itself.
+TEST(Regress, DynamicSharedMemoryAboveTheDeviceLimitFailsAtLaunch) {
+  WorkerProcess w;
+  auto c = w.attach(quick_timeout());
+  const uint32_t k = kernel(*c, "ordo_noop");
+  DeviceInfo info{};
+  ASSERT_EQ(c->device_info(&info), Status::kSuccess);
+  ASSERT_GT(info.shared_mem_per_block_optin, 48u * 1024);
+  EXPECT_EQ(c->launch(k, {1}, {1}, nullptr, 0, kLegacyStream, uint32_t(info.shared_mem_per_block_optin) + 1),
+            Status::kInvalidValue);
+  EXPECT_EQ(c->get_last_error(), Status::kInvalidValue);
+  EXPECT_EQ(c->launch(k, {1}, {1}, nullptr, 0, kLegacyStream, 48 * 1024), Status::kSuccess);
+  EXPECT_EQ(c->stream_synchronize(kLegacyStream), Status::kSuccess) << "a refused launch left an error pending";
+}
+
 }  // namespace
 }  // namespace ordo::test

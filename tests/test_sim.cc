@@ -511,7 +511,7 @@ TEST_F(SimTest, FreedMemoryRejected) {
   ASSERT_TRUE(sync(0));
   auto errs = errors();
   ASSERT_EQ(errs.size(), 1u);
-  EXPECT_EQ(errs[0].status, Status::kInvalidDevicePointer);
+  EXPECT_EQ(errs[0].status, Status::kIllegalAddress);
   EXPECT_EQ(errs[0].tag.pos, 3u);
 }
 
@@ -536,11 +536,11 @@ TEST_F(SimTest, KernelErrorsReportedWithTag) {
 
   auto errs = errors();
   ASSERT_EQ(errs.size(), 5u);
-  const std::pair<OpTag, Status> want[] = {{t1, Status::kInvalidDevicePointer},
+  const std::pair<OpTag, Status> want[] = {{t1, Status::kIllegalAddress},
                                            {t2, Status::kLaunchFailure},
                                            {t3, Status::kIllegalState},
                                            {t4, Status::kInvalidValue},
-                                           {t5, Status::kLaunchFailure}};
+                                           {t5, Status::kMisalignedAddress}};
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(errs[i].status, want[i].second) << i;
     EXPECT_EQ(errs[i].tag.ring, want[i].first.ring) << i;

@@ -1040,27 +1040,56 @@ TEST_F(Hostile, LaunchOfUnknownKernel) {
   }
   // A real kernel with bad arguments fails on the stream, reported the same way.
   const uint32_t fill = kernel(*c_, "ordo_fill_u32");
-  sim::FillU32Args a{0xbad000, 16, 1, 0};  // memory nobody allocated
+  sim::FillU32Args a{dev_, 16, 1, 0};
   std::memcpy(region().staging(R_) + 128, &a, sizeof a);
   Entry e = good_launch();
   e.arg[0] = fill;
   e.arg[4] = 128;
   e.arg[5] = sizeof a;
-  expect_rejected(R_, e, Status::kInvalidDevicePointer, "fill of unallocated memory");
   // Argument size mismatch. (sizeof a - 4 would be the packed size without the
   // struct's tail padding, which a CUDA launch sends and args<T>() accepts.)
   e.arg[5] = sizeof a - 8;
   expect_rejected(R_, e, Status::kInvalidValue, "short argument buffer");
   e.arg[5] = sizeof a + 8;
   expect_rejected(R_, e, Status::kInvalidValue, "long argument buffer");
-  sim::FillU32Args over{dev_, kDevBytes / 4 + 1, 1, 0};  // one element past the allocation
-  std::memcpy(region().staging(R_) + 128, &over, sizeof over);
-  e.arg[5] = sizeof over;
-  expect_rejected(R_, e, Status::kInvalidDevicePointer, "fill past the allocation");
   e = good_launch();
   e.arg[0] = fill;
   e.arg[2] = 1 | uint64_t{2048} << 32;  // block x 2048
   expect_rejected(R_, e, Status::kInvalidConfiguration, "block too large");
+}
+
+// A kernel that touches memory outside its allocations is a fault (CUDA's 700),
+// reported on the stream like any async error, and sticky: the session's
+// device work is over, as a CUDA context's is. The worker serves the next session.
+TEST_F(Hostile, KernelFaultIsStickyForTheSession) {
+  for (bool past_end : {false, true}) {
+    SCOPED_TRACE(past_end ? "one element past the allocation" : "memory nobody allocated");
+    create_ring(R_);
+    const uint32_t fill = kernel(*c_, "ordo_fill_u32");
+    sim::FillU32Args a = past_end ? sim::FillU32Args{dev_, kDevBytes / 4 + 1, 1, 0} : sim::FillU32Args{0xbad000, 16, 1, 0};
+    std::memcpy(region().staging(R_) + 128, &a, sizeof a);
+    Entry e = good_launch();
+    e.arg[0] = fill;
+    e.arg[4] = 128;
+    e.arg[5] = sizeof a;
+    const uint64_t pos = push(R_, e);
+    auto err = next_error();
+    ASSERT_TRUE(err) << "no error reported";
+    EXPECT_EQ(err->status, Status::kIllegalAddress);
+    EXPECT_EQ(err->pos, pos);
+    EXPECT_EQ(err->ring, R_);
+    uint64_t d = 0;
+    EXPECT_EQ(c_->malloc(&d, 64), Status::kIllegalAddress);
+    EXPECT_EQ(c_->device_synchronize(), Status::kIllegalAddress);
+    EXPECT_EQ(c_->null_call(), Status::kIllegalAddress) << "the session's calls all return the fault";
+    // A new session (process) starts clean.
+    c_.reset();
+    c_ = w_.attach();
+    tails_.assign(L_.ring_count, 0);
+    error_seen_ = slot().error_seq.load(std::memory_order_acquire);
+    ASSERT_EQ(c_->malloc(&dev_, kDevBytes), Status::kSuccess);
+    client_round_trip();
+  }
 }
 
 TEST_F(Hostile, TailGoingBackwardsOrTooFarAheadIsIgnoredUntilSane) {

@@ -117,7 +117,8 @@ class Client {
   // Host-side stream work (host functions, host-to-host copies) runs after it.
   Status stream_order_wait(Stream s);
   Status null_call();         // a sync round trip that does nothing (benchmarks)
-  Status get_last_error();    // returns and clears this thread's last error
+  Status get_last_error();    // returns and clears this thread's last error (a kernel fault stays)
+  Status sticky_error() const;  // the kernel fault that ended this session's device context, or kSuccess
   Status peek_last_error();
 
   // Position the last entry this thread pushed on `s` got, and the ring `s` is on (tests).
@@ -185,6 +186,7 @@ class Client {
   const uint64_t id_;
   uint64_t guest_session_ = 0;
   std::atomic<bool> lost_{false};  // the worker died or dropped this session
+  std::atomic<uint64_t> smem_optin_{0};  // the device's dynamic shared memory limit; 0 until needed
   std::thread heartbeat_;
   std::mutex beat_mu_;
   std::condition_variable beat_cv_;

@@ -142,6 +142,7 @@ struct RegionHeader {
   std::atomic<uint32_t> worker_state;                      // WorkerState
   std::atomic<uint64_t> attached_session;                  // the guest session being served; 0: none
   std::atomic<uint32_t> ivshmem_peer;                      // ivshmem-server peer id + 1 to ring in a VM; 0: none
+  std::atomic<int32_t> sticky_error;                       // a kernel fault ended the session's context (Status)
   // Guest-written.
   alignas(kCacheLine) std::atomic<uint64_t> slot_doorbell;  // bumped after posting a slot request
   std::atomic<uint64_t> guest_session;                      // the attached guest's random id; 0 on detach

@@ -21,12 +21,19 @@ enum class Status : int32_t {
   kInvalidResourceHandle = 400,    // cudaErrorInvalidResourceHandle
   kIllegalState = 401,             // cudaErrorIllegalState
   kNotReady = 600,                 // cudaErrorNotReady
+  kIllegalAddress = 700,           // cudaErrorIllegalAddress
   kLaunchOutOfResources = 701,     // cudaErrorLaunchOutOfResources
+  kMisalignedAddress = 716,        // cudaErrorMisalignedAddress
   kLaunchFailure = 719,            // cudaErrorLaunchFailure
   kNotSupported = 801,             // cudaErrorNotSupported
 };
 
 constexpr bool ok(Status s) { return s == Status::kSuccess; }
+// A kernel fault: CUDA's context is unusable afterwards, and every later call
+// of every thread returns the same error until the process ends.
+constexpr bool sticky(Status s) {
+  return s == Status::kIllegalAddress || s == Status::kMisalignedAddress || s == Status::kLaunchFailure;
+}
 
 std::string_view status_name(Status s);
 

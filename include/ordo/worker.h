@@ -149,6 +149,7 @@ class Worker {
   uint64_t slot_doorbell_seen_ = 0;
   uint32_t staged_slots_ = 0;   // slots holding a request that waits for edges
   uint64_t attached_ = 0;       // guest session served; nothing is polled while 0
+  std::atomic<int32_t> sticky_{0};  // a kernel fault: every later call fails with it (Status); backend threads set it
   uint64_t refused_ = 0;        // a session declared dead: not served again
   uint64_t beat_seen_ = 0, beat_changed_ns_ = 0;
   std::mt19937_64 chaos_rng_;

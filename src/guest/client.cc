@@ -296,8 +296,13 @@ Status Client::check_async_error(ThreadState& t) {
   return Status(s.error);
 }
 
+Status Client::sticky_error() const {
+  return Status(region_->header()->sticky_error.load(std::memory_order_acquire));
+}
+
 Status Client::finish(ThreadState& t, Status own) {
   if (lost_.load(std::memory_order_relaxed)) own = Status::kDevicesUnavailable;
+  else if (const Status f = sticky_error(); !ok(f)) own = f;
   const Status async = check_async_error(t);
   const Status result = ok(own) ? async : own;
   if (!ok(result) && result != Status::kNotReady) t.last_error = result;
@@ -310,15 +315,17 @@ Status Client::finish_own(ThreadState& t, Status own) {
   // and callers that cache a lookup's result would keep that error forever.
   // The async error stays pending for the thread's next call.
   if (lost_.load(std::memory_order_relaxed)) own = Status::kDevicesUnavailable;
+  else if (const Status f = sticky_error(); !ok(f)) own = f;
   if (!ok(own) && own != Status::kNotReady) t.last_error = own;
   return own;
 }
 
 Status Client::get_last_error() {
   ThreadState& t = thread();
-  Status s = finish(t, Status::kSuccess);
-  s = t.last_error;
-  t.last_error = Status::kSuccess;
+  finish(t, Status::kSuccess);
+  const Status s = t.last_error;
+  // A kernel fault stays: cudaGetLastError keeps returning it, as CUDA's does.
+  t.last_error = sticky_error();
   return s;
 }
 
@@ -1012,6 +1019,18 @@ Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, 
       grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
     return finish(t, Status::kInvalidConfiguration);
   if (args_size && !args) return finish(t, Status::kInvalidValue);
+  // Every device allows 48 KiB; above that, what this device allows any kernel
+  // (a kernel's own opt-in limit is the driver's to check, at dispatch).
+  if (shared_mem > 48 * 1024) {
+    uint64_t limit = smem_optin_.load(std::memory_order_relaxed);
+    if (limit == 0) {
+      DeviceInfo info{};
+      if (Status st = device_info(&info); !ok(st)) return finish(t, st);
+      limit = std::max<uint64_t>(info.shared_mem_per_block_optin, 48 * 1024);
+      smem_optin_.store(limit, std::memory_order_relaxed);
+    }
+    if (shared_mem > limit) return finish(t, Status::kInvalidValue);
+  }
   std::lock_guard lock(g->mu);
   Entry e{};
   e.op = uint16_t(Op::Launch);

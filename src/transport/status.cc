@@ -19,6 +19,8 @@ std::string_view status_name(Status s) {
     case Status::kNotReady: return "not ready";
     case Status::kLaunchOutOfResources: return "out of resources";
     case Status::kLaunchFailure: return "launch failure";
+    case Status::kIllegalAddress: return "illegal memory access in a kernel";
+    case Status::kMisalignedAddress: return "misaligned memory access in a kernel";
     case Status::kNotSupported: return "not supported";
   }
   return "unknown status";

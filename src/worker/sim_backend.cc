@@ -804,7 +804,7 @@ void* KernelContext::translate(uint64_t device_addr, uint64_t bytes) const {
   void* p = nullptr;
   std::shared_ptr<const void> pin;
   if (!ok(dev_.lookup(device_addr, bytes, &p, &pin))) {
-    throw KernelError(Status::kInvalidDevicePointer, "kernel touched memory outside a live allocation");
+    throw KernelError(Status::kIllegalAddress, "kernel touched memory outside a live allocation");
   }
   pins_.push_back(std::move(pin));  // alive until the kernel returns
   return p;

@@ -19,7 +19,7 @@ T* checked_span(KernelContext& ctx, uint64_t addr, uint64_t count) {
   if (count > std::numeric_limits<uint64_t>::max() / sizeof(T)) {
     throw KernelError(Status::kInvalidValue, "kernel element count overflows");
   }
-  if (addr % alignof(T) != 0) throw KernelError(Status::kLaunchFailure, "misaligned device address");
+  if (addr % alignof(T) != 0) throw KernelError(Status::kMisalignedAddress, "misaligned device address");
   return ctx.span<T>(addr, count);
 }
 

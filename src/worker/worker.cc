@@ -106,6 +106,12 @@ void Worker::log_bad(const char* where, uint32_t idx, uint64_t pos, const std::s
 
 void Worker::async_error(const OpTag& tag, Status s) {
   counters_.errors.fetch_add(1, std::memory_order_relaxed);
+  if (sticky(s)) {
+    // As CUDA's context after a kernel fault: every thread's next call fails.
+    int32_t none = 0;
+    if (sticky_.compare_exchange_strong(none, int32_t(s)))
+      region_.header()->sticky_error.store(int32_t(s), std::memory_order_release);
+  }
   if (tag.thread >= layout_.slot_count) return;
   std::lock_guard lock(error_mu_);
   ReplySlot& slot = region_.slot(tag.thread);
@@ -349,6 +355,11 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
   }
   if (Status s = stream_of(e, r); !ok(s)) return s;
   mark_dirty(rs, st);
+  // After a kernel fault no device work runs (the guest's calls return the
+  // fault from the region header); streams and host functions still progress,
+  // so no synchronize hangs.
+  if (sticky_.load(std::memory_order_relaxed) && (op == Op::Launch || op == Op::Memcpy || op == Op::Memset))
+    return Status::kSuccess;
   switch (op) {
     case Op::Launch: {
       LaunchParams p;
@@ -443,6 +454,8 @@ bool Worker::try_slot(uint32_t s) {
 void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
   const Op op = static_cast<Op>(e.op);
   bump(counters_.ops[e.op]);
+  if (const int32_t f = sticky_.load(std::memory_order_relaxed); f && op != Op::Null && op != Op::DeviceInfo)
+    return reply(s, seq, Status(f));
   switch (op) {
     case Op::Null:
       return reply(s, seq, Status::kSuccess);
@@ -604,6 +617,8 @@ void Worker::attach_session(uint64_t session) {
   RegionHeader* h = region_.header();
   for (uint32_t w = 0; w < kMaxRings / 64; ++w) h->ring_open[w].store(w == 0 ? 1 : 0, std::memory_order_relaxed);
   h->slot_doorbell.store(0, std::memory_order_relaxed);
+  h->sticky_error.store(0, std::memory_order_relaxed);
+  sticky_.store(0, std::memory_order_relaxed);
   slot_doorbell_seen_ = 0;
   attached_ = session;
   beat_seen_ = h->guest_beat.load(std::memory_order_relaxed);
