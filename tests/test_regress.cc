@@ -636,5 +636,45 @@ TEST(Regress, DynamicSharedMemoryAboveTheDeviceLimitFailsAtLaunch) {
   EXPECT_EQ(c->stream_synchronize(kLegacyStream), Status::kSuccess) << "a refused launch left an error pending";
 }
 
+
+// Class 6: cudaStreamSynchronize of the legacy stream waits for the work issued
+// to the legacy stream, which itself waited for the blocking streams' work
+// issued before it, and for nothing issued after it: CUDA documents that
+// actions taken *in* the legacy stream (launches, copies, waits, records)
+// synchronize with blocking streams, and a synchronize or query is not one.
+TEST(Regress, LegacyStreamSynchronizeCoversTheLegacyStreamOnly) {
+  WorkerProcess w;
+  with_deadline(w, 30s, [&] {
+    auto c = w.attach(quick_timeout());
+    const uint32_t k = kernel(*c, "ordo_stamp");
+    uint64_t d = 0;
+    ASSERT_EQ(c->malloc(&d, 4 * sizeof(sim::Stamp)), Status::kSuccess);
+    ASSERT_EQ(c->memset_async(d, 0, 4 * sizeof(sim::Stamp), kLegacyStream), Status::kSuccess);
+    ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+    Stream b, n;
+    ASSERT_EQ(c->stream_create(&b), Status::kSuccess);  // blocking
+    ASSERT_EQ(c->stream_create(&n, kStreamNonBlocking), Status::kSuccess);
+    sim::StampArgs before{d, 0, 20000}, legacy{d, 1, 0}, after{d, 2, 400000}, probe{d, 3, 0};
+    ASSERT_EQ(c->launch(k, {1}, {1}, &before, sizeof before, b), Status::kSuccess);
+    ASSERT_EQ(c->launch(k, {1}, {1}, &legacy, sizeof legacy, kLegacyStream), Status::kSuccess);
+    ASSERT_EQ(c->launch(k, {1}, {1}, &after, sizeof after, b), Status::kSuccess);
+    // Let the worker dispatch `after` first: a fence that is stream work would now wait for it.
+    std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(c->stream_synchronize(kLegacyStream), Status::kSuccess);
+    // Independent work issued now starts while `after` still runs, unless the
+    // synchronize waited for it.
+    ASSERT_EQ(c->launch(k, {1}, {1}, &probe, sizeof probe, n), Status::kSuccess);
+    ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+    sim::Stamp st[4];
+    ASSERT_EQ(c->memcpy_d2h(st, d, sizeof st), Status::kSuccess);
+    EXPECT_LT(st[0].end, st[1].start) << "legacy work overtook earlier blocking work";
+    EXPECT_LT(st[1].end, st[2].start) << "blocking work overtook earlier legacy work";
+    EXPECT_LT(st[3].start, st[2].end)
+        << "synchronizing the legacy stream waited for blocking-stream work issued after its last work";
+    EXPECT_EQ(c->stream_destroy(b), Status::kSuccess);
+    EXPECT_EQ(c->stream_destroy(n), Status::kSuccess);
+  });
+}
+
 }  // namespace
 }  // namespace ordo::test

@@ -133,6 +133,12 @@ class Backend {
   // Runs fn once all work enqueued so far on `stream` has completed. Like
   // cudaLaunchHostFunc: later work on the stream waits for fn to return.
   virtual void host_callback(uint32_t stream, std::function<void()> fn) = 0;
+  // Runs fn once all work enqueued so far on `stream` has completed, without
+  // being work on the stream: on the legacy stream it waits for no blocking
+  // stream (what cudaStreamSynchronize and cudaStreamQuery see). The default,
+  // a host callback, is work: on the legacy stream it may also wait for
+  // blocking streams' work enqueued so far (never earlier than CUDA).
+  virtual void stream_notify(uint32_t stream, std::function<void()> fn) { host_callback(stream, std::move(fn)); }
   // Later work on `stream` waits until *word >= value (cuStreamWaitValue64 with
   // CU_STREAM_WAIT_VALUE_GEQ). `word` is in the shared region, written by the
   // guest; the caller must not block on it (a session reset ends every wait

@@ -515,6 +515,19 @@ class Device final : public Backend {
     if (!cap || !cap->stream->add_notify(seq, fn)) run_guarded(fn);
   }
 
+  void stream_notify(uint32_t stream, std::function<void()> fn) override {
+    std::shared_ptr<Stream> s;
+    uint64_t seq = 0;
+    {
+      std::lock_guard lk(mu_);
+      if (stream < kMaxStreams && streams_[stream]) {
+        s = streams_[stream];
+        seq = s->enqueued;
+      }
+    }
+    if (!s || !s->add_notify(seq, fn)) run_guarded(fn);
+  }
+
   void host_callback(uint32_t stream, std::function<void()> fn) override {
     {
       std::lock_guard lk(mu_);

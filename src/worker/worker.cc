@@ -312,7 +312,8 @@ void Worker::dispatch_fence(uint32_t r, uint64_t pos) {
   // dispatch, dropped last: the fence cannot complete while callbacks are queued.
   std::shared_ptr<FenceQueue> fq = rs.fences;
   const uint64_t seq = fq->push(pos + 1, uint32_t(rs.dirty.size()) + 1);
-  for (uint32_t st : rs.dirty) backend_.host_callback(st, [fq, seq] { fq->done(seq); });
+  // Not stream work: a fence on the legacy stream sees what cudaStreamSynchronize sees.
+  for (uint32_t st : rs.dirty) backend_.stream_notify(st, [fq, seq] { fq->done(seq); });
   rs.dirty.clear();
   ++rs.fence_count;
   fq->done(seq);
