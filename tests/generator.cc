@@ -16,7 +16,8 @@
 //   C4 device sync    work before cudaDeviceSynchronize -> work after it
 //   C5 stream sync    a stream's work before cudaStreamSynchronize -> work after it
 //   C6 host function  the thread's earlier work the stream follows -> the function -> the stream's later work
-//                     (checked through pinned copies on both sides of it)
+//                     (checked through pinned copies on both sides of it); a host-to-host copy (the
+//                     caller's stream_order_wait) likewise follows that earlier work
 // Happens-before across threads comes from barriers between phases and from
 // joining child threads.
 #include "generator.h"
@@ -217,6 +218,19 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
             hf_flag[idx] = uint32_t(idx) + 1;
           }));
           GEN_OK(c->memcpy_h2d_async(hf_dev + uint64_t(idx) * 4, &hf_flag[idx], 4, g.s));
+        } else if (roll < 99) {  // host-to-host cudaMemcpyAsync: synchronous, after what g's next work follows
+          const GenStream& g = pick();
+          const int idx = next_hf++;
+          if (idx >= max_hf) continue;
+          const bool follows = last.stamp >= 0 && (last.sid == g.sid || (g.legacy && !last.legacy && last.blocking) ||
+                                                   (!g.legacy && g.blocking && last.legacy));
+          if (follows)
+            GEN_OK(c->memcpy_d2h_async(&hf_snap[idx], dstamps + uint64_t(last.stamp) * sizeof(sim::Stamp),
+                                       sizeof(sim::Stamp), g.s));
+          GEN_OK(c->stream_order_wait(g.s));
+          if (follows && hf_snap[idx].end == 0) ++hf_early;
+          hf_flag[idx] = uint32_t(idx) + 1;
+          GEN_OK(c->memcpy_h2d_async(hf_dev + uint64_t(idx) * 4, &hf_flag[idx], 4, g.s));
         } else {
           stamp_on(pick(), ph);
         }
@@ -294,7 +308,7 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
     if (flags[size_t(i)] != uint32_t(i) + 1 && res.violations++ == 0)
       res.first = "C6 host function " + std::to_string(i) + ": the stream's next copy ran before it returned";
   if (hf_early.load() && res.violations++ == 0)
-    res.first = "C6 host function: " + std::to_string(hf_early.load()) + " ran before the stream's earlier work";
+    res.first = "C6 host function: " + std::to_string(hf_early.load()) + " ran before the stream's earlier work (host functions or host-to-host copies)";
   res.host_functions = size_t(hfs);
   for (size_t i = 1; i < shared.size(); ++i) GEN_OK(c->stream_destroy(shared[i].s));
   GEN_OK(c->free(hf_dev));

@@ -39,7 +39,7 @@ int rerecord_violations(Client& c, int iterations, Problems& p);
 struct ModelResult {
   size_t stamps = 0;      // kernels checked
   size_t violations = 0;  // ordered pairs that broke a rule
-  size_t host_functions = 0;  // host functions checked (generator)
+  size_t host_functions = 0;  // host functions and host-to-host copies checked (generator)
   std::string first;      // the first broken rule, for the log
 };
 struct ModelProgram {

@@ -4,11 +4,16 @@
 // streams, and one on a blocking stream runs after earlier legacy-stream work.
 // Each case: a slow kernel copies `in` to `out` and a device-to-host copy puts
 // `out` into pinned memory, on one stream; the host-side work on the other
-// stream then reads the pinned memory. It must see the copied data. Prints the
-// number of violations; exits 1 if there was any.
+// stream then reads the pinned memory. It must see the copied data. Then a host
+// function on each stream kind waits for what its caller does after
+// cudaLaunchHostFunc returned. Prints the number of violations; exits 1 if
+// there was any.
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -27,6 +32,19 @@ void CUDART_CB host_fn(void* p) {
   s->first = s->pinned[0];
 }
 void CUDART_CB callback(cudaStream_t, cudaError_t, void* p) { host_fn(p); }
+
+// Waits for the caller's next step (issue 10, class 8): cudaLaunchHostFunc
+// must have returned before the function runs.
+struct Handshake {
+  std::atomic<bool> go{false}, ran{false}, timed_out{false};
+};
+void CUDART_CB wait_for_caller(void* p) {
+  auto* h = static_cast<Handshake*>(p);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!h->go.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  h->timed_out = !h->go.load();
+  h->ran = true;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,6 +85,19 @@ int main(int argc, char** argv) {
                       data[0]);
         }
       }
-  std::printf("host-side stream work: %d violations in %d cases\n", violations, iterations * 6);
+  for (cudaStream_t s : {cudaStreamLegacy, blocking, cudaStreamPerThread}) {
+    Handshake h;
+    CHECK(cudaLaunchHostFunc(s, wait_for_caller, &h));
+    const bool early = h.ran.load();
+    h.go = true;
+    CHECK(cudaStreamSynchronize(s));
+    if (early || h.timed_out || !h.ran) {
+      ++violations;
+      std::printf("violation: a host function %s\n", early ? "ran before cudaLaunchHostFunc returned"
+                                                        : h.timed_out ? "waited for its caller in vain"
+                                                                      : "had not run after cudaStreamSynchronize");
+    }
+  }
+  std::printf("host-side stream work: %d violations in %d cases\n", violations, iterations * 6 + 3);
   return violations ? 1 : 0;
 }
