@@ -15,6 +15,7 @@
 //   C3 legacy stream  legacy <-> blocking-stream work ordered by happens-before
 //   C4 device sync    work before cudaDeviceSynchronize -> work after it
 //   C5 stream sync    a stream's work before cudaStreamSynchronize -> work after it
+//   C7 event sync     work before the record -> work after cudaEventSynchronize (or a query that said done)
 //   C6 host function  the thread's earlier work the stream follows -> the function -> the stream's later work
 //                     (checked through pinned copies on both sides of it); a host-to-host copy (the
 //                     caller's stream_order_wait) likewise follows that earlier work
@@ -42,7 +43,7 @@ namespace {
     if (s_ != Status::kSuccess) p.add(std::string(#call) + " returned " + std::string(status_name(s_))); \
   } while (0)
 
-enum class Kind { Stamp, Wait, DeviceSync, StreamSync };
+enum class Kind { Stamp, Wait, DeviceSync, StreamSync, EventSync };
 
 struct Logged {
   Kind kind;
@@ -152,8 +153,31 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
         GenEvent& ev = evs[rng() % 2];
         GenStream& mine = npriv ? priv[rng() % unsigned(npriv)] : shared[1 + rng() % kShared];
         const bool has_mine = npriv > 0;
-        if (roll < 42) {
+        if (roll < 38) {
           stamp_on(pick(), ph);
+        } else if (roll < 42) {  // the host waits for an event: synchronize, a successful query, elapsed time
+          if (!ev.recorded) continue;
+          const unsigned which = unsigned(rng() % 3);
+          Status st = Status::kSuccess;
+          if (which == 0) {
+            GEN_OK(st = c->event_synchronize(ev.e));
+          } else if (which == 1) {
+            st = c->event_query(ev.e);
+            if (st != Status::kSuccess && st != Status::kNotReady) p.add("event_query failed");
+          } else {
+            float ms = 0;
+            const Status e = c->event_elapsed(&ms, evs[0].e, evs[1].e);
+            // Not ready, or never recorded (invalid handle), are CUDA's answers too.
+            if (e != Status::kSuccess && e != Status::kNotReady && e != Status::kInvalidResourceHandle)
+              p.add("event_elapsed failed");
+            st = Status::kNotReady;  // orders nothing the checks use
+          }
+          if (st == Status::kSuccess) {
+            Logged l{Kind::EventSync, th, ph, seq++};
+            l.rec_sid = ev.rec_sid;
+            l.rec_end = ev.rec_end;
+            add(l);
+          }
         } else if (roll < 52) {  // record, or re-record on another stream
           const GenStream& g = pick();
           GEN_OK(c->event_record(ev.e, g.s));
@@ -300,6 +324,9 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
     if (o.kind == Kind::StreamSync)
       all_precede([&](const Logged& a) { return a.sid == o.sid && hb(a, o); },
                   [&](const Logged& b) { return hb(o, b); }, "C5 stream sync");
+    if (o.kind == Kind::EventSync)
+      all_precede([&](const Logged& a) { return a.sid == o.rec_sid && a.pos < o.rec_end; },
+                  [&](const Logged& b) { return hb(o, b); }, "C7 event synchronize");
   }
   const int hfs = std::min(next_hf.load(), max_hf);
   std::vector<uint32_t> flags(size_t(std::max(hfs, 1)));
