@@ -222,8 +222,7 @@ class CudaBackend final : public Backend {
     // Pinning lets copies DMA straight from the shared region. Without it they
     // still work, but pageable copies are staged by the driver and a D2H copy
     // into pageable memory holds the dispatch thread until it is done.
-    // Mapped: host functions make streams wait on words in it (cuStreamWaitValue64).
-    cudaError_t e = cudaHostRegister(base, size, cudaHostRegisterMapped);
+    cudaError_t e = cudaHostRegister(base, size, cudaHostRegisterDefault);
     if (e != cudaSuccess) {
       cudaGetLastError();  // not sticky: clear it so it is not reported later
       log("cudaHostRegister of the shared region failed (%s): copies will be pageable and slower", cudaGetErrorName(e));
