@@ -1092,6 +1092,45 @@ TEST_F(Hostile, KernelFaultIsStickyForTheSession) {
   }
 }
 
+// A host function the guest never finishes (or whose done word it lowers again)
+// holds its own ring's later entries and nothing else; a new session is served.
+TEST_F(Hostile, UnfinishedHostFunctionHoldsOnlyItsRing) {
+  create_ring(R_);
+  void* p = nullptr;
+  ASSERT_EQ(c_->malloc_host(&p, sizeof(HostFuncWords)), Status::kSuccess);
+  auto* w = static_cast<HostFuncWords*>(p);
+  w->reached.store(0);
+  w->done.store(0);
+  Entry hf = entry(Op::HostFunc);
+  hf.arg[0] = uint64_t(static_cast<std::byte*>(p) - c_->region().heap());  // the client maps the region elsewhere
+  w = reinterpret_cast<HostFuncWords*>(region().heap() + hf.arg[0]);
+  hf.arg[1] = 7;
+  push(R_, hf);
+  const uint64_t held = push(R_, memset_entry(dev_, 0x5a, kDevBytes));
+  ASSERT_TRUE(eventually([&] { return w->reached.load() == 7; }))
+      << "the worker never said the stream got there; error " << (no_new_error() ? std::string("none") : std::string(status_name(next_error()->status)));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(region().ring(R_).head.load(), held) << "the entry after an unfinished host function was dispatched";
+  w->done.store(7);
+  ASSERT_TRUE(drained(R_));
+  push(R_, hf);  // ticket 7 again: already done
+  ASSERT_TRUE(drained(R_));
+  hf.arg[1] = 8;
+  push(R_, hf);
+  push(R_, memset_entry(dev_, 0x5b, kDevBytes));
+  ASSERT_TRUE(eventually([&] { return w->reached.load() == 8; }));
+  w->done.store(3);  // lowered: still held
+  client_round_trip();  // other rings and sync calls are served meanwhile
+  std::this_thread::sleep_for(20ms);
+  EXPECT_LT(region().ring(R_).head.load(), tails_[R_]);
+  EXPECT_TRUE(no_new_error());
+  // The session ends with its ring held: the next one is served.
+  c_.reset();
+  c_ = w_.attach();
+  ASSERT_EQ(c_->malloc(&dev_, kDevBytes), Status::kSuccess);
+  client_round_trip();
+}
+
 TEST_F(Hostile, TailGoingBackwardsOrTooFarAheadIsIgnoredUntilSane) {
   create_ring(R_);
   expect_ring_continues(R_);

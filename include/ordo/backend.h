@@ -139,11 +139,6 @@ class Backend {
   // a host callback, is work: on the legacy stream it may also wait for
   // blocking streams' work enqueued so far (never earlier than CUDA).
   virtual void stream_notify(uint32_t stream, std::function<void()> fn) { host_callback(stream, std::move(fn)); }
-  // Later work on `stream` waits until *word >= value (cuStreamWaitValue64 with
-  // CU_STREAM_WAIT_VALUE_GEQ). `word` is in the shared region, written by the
-  // guest; the caller must not block on it (a session reset ends every wait
-  // by writing the word itself).
-  virtual Status stream_wait_value(uint32_t stream, const std::atomic<uint64_t>* word, uint64_t value) = 0;
 
   virtual Status malloc(uint64_t size, uint64_t* device_addr) = 0;
   virtual Status free(uint64_t device_addr) = 0;  // caller made sure no work uses it

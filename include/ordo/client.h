@@ -155,6 +155,8 @@ class Client {
   Status wait_completed(uint32_t r, uint64_t pos);
   void fence_target(ThreadState& t, uint32_t r, std::vector<std::pair<uint32_t, uint64_t>>* targets);
   Status wait_targets(ThreadState& t, const std::vector<std::pair<uint32_t, uint64_t>>& targets);
+  // fence_target for what legacy-stream work follows on ring r: its blocking streams' work.
+  void fence_blocking(ThreadState& t, uint32_t r, std::vector<std::pair<uint32_t, uint64_t>>* targets);
   Status call(Entry e, uint64_t* r0 = nullptr, uint64_t* r1 = nullptr, const std::string* payload = nullptr,
               void* reply_payload = nullptr, size_t reply_size = 0);
   Status wait_worker(const std::atomic<uint64_t>& word, uint64_t target);
@@ -162,7 +164,8 @@ class Client {
   void notify_worker();
   EventState* event_of(Event e);
   Status stream_op(Stream s, Entry e, EventState* ev = nullptr);
-  Status release_stream(ThreadState& t, uint32_t id);
+  Status release_stream(ThreadState& t, Stream s);
+  Status fetch_device_info(DeviceInfo* out);  // the request alone: no last-error bookkeeping
   void run_host_funcs();
 
   std::unique_ptr<Region> region_;

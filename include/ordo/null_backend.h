@@ -27,8 +27,6 @@ class NullBackend : public Backend {
   }
   void event_notify(uint32_t, std::function<void()> fn) override { fn(); }
   void host_callback(uint32_t, std::function<void()> fn) override { fn(); }
-  // Runs nothing, so nothing can wait for the word.
-  Status stream_wait_value(uint32_t, const std::atomic<uint64_t>*, uint64_t) override { return Status::kSuccess; }
   Status malloc(uint64_t size, uint64_t* addr) override {
     if (size == 0 || size > (1ull << 40)) return Status::kInvalidValue;
     *addr = next_;

@@ -88,6 +88,10 @@ class Worker {
     bool bad_tail_logged = false;
     uint64_t staged_ns = 0;   // when tracing
     Entry entry{};
+    // A dispatched HostFunc whose function the guest has not finished: the
+    // ring's next entry waits until hold->done >= hold_ticket.
+    HostFuncWords* hold = nullptr;
+    uint64_t hold_ticket = 0;
     // Streams that got work from this ring since its last Fence: the next
     // Fence completes once each of them has run that work.
     std::vector<uint32_t> dirty;
@@ -139,7 +143,6 @@ class Worker {
   std::vector<SlotState> slots_;
   std::vector<uint32_t> stream_ring_;  // per stream id: the ring it was created on, or kNoRingBound
   std::vector<uint32_t> stream_mark_;  // per stream id: fence_count of its ring when last marked dirty
-  std::vector<std::pair<HostFuncWords*, uint64_t>> host_waits_;  // streams held for host functions
   static constexpr uint32_t kNoRingBound = 0xffffffffu;
   std::vector<EventState> events_;
   std::vector<uint32_t> free_events_;

@@ -37,10 +37,12 @@ struct Client::Ring {
   uint64_t head_cache = 0;             // worker's head as last read
   std::atomic<uint64_t> published{0};  // tail, for other threads' edge snapshots
   uint32_t live = 0;                   // guarded by rings_mu_: streams on this ring
-  // The ring has carried a blocking stream: later legacy-stream work follows
-  // it. Never cleared: a destroyed blocking stream's pending work counts too,
-  // and an edge too many only orders dispatch, never the device.
-  std::atomic<bool> blocking{false};
+  // Later legacy-stream work follows the ring's blocking streams: all it
+  // published while one lives, else up to the fence before the last one's
+  // destroy (its deferred work), so non-blocking streams left on the ring
+  // are never waited for.
+  std::atomic<uint32_t> blocking_live{0};  // changed under rings_mu_
+  std::atomic<uint64_t> blocking_end{0};   // changed under mu and rings_mu_
   uint64_t legacy_seen = 0;            // legacy positions already covered by an edge from this ring
   std::vector<uint64_t> covered;       // legacy ring only: per ring, positions already covered
   uint64_t fence_end = 0;              // position just past the last fence
@@ -93,7 +95,7 @@ struct Client::ThreadState {
     if (!pool) return;
     std::lock_guard lock(pool->mu);
     if (!pool->client) return;
-    if (has_per_thread) pool->client->release_stream(*this, per_thread.id);
+    if (has_per_thread) pool->client->release_stream(*this, per_thread);
     if (slot != kNoSlot) pool->free.push_back(slot);
   }
 };
@@ -433,8 +435,8 @@ void Client::legacy_edges(Ring& g, uint32_t r, bool blocking, EdgeList* edges) {
     // Legacy stream work follows everything published on blocking streams.
     for (uint32_t q = 1; q < rings_.size(); ++q) {
       Ring& o = *rings_[q];
-      if (!o.blocking.load(std::memory_order_relaxed)) continue;
-      const uint64_t p = o.published.load(std::memory_order_acquire);
+      const uint64_t p = o.blocking_live.load(std::memory_order_acquire) ? o.published.load(std::memory_order_acquire)
+                                                                          : o.blocking_end.load(std::memory_order_acquire);
       if (p > g.covered[q]) {
         edges->push_back({q, 0, p});
         g.covered[q] = p;
@@ -575,7 +577,7 @@ Status Client::stream_create(Stream* out, uint64_t flags, int priority) {
     free_streams_.pop_front();
     StreamState& st = streams_[id];
     ++rings_[r]->live;
-    if (blocking) rings_[r]->blocking.store(true, std::memory_order_relaxed);
+    if (blocking) rings_[r]->blocking_live.fetch_add(1, std::memory_order_release);
     // The worker knows a stream id only once the StreamDestroy of its previous
     // stream (maybe on another ring) has been dispatched.
     if (st.destroyed.pos && st.destroyed.ring != r) e.edges[e.edge_count++] = st.destroyed;
@@ -594,15 +596,23 @@ Status Client::stream_create(Stream* out, uint64_t flags, int priority) {
   return finish_own(t, Status::kSuccess);
 }
 
-Status Client::release_stream(ThreadState& t, uint32_t id) {
+Status Client::release_stream(ThreadState& t, Stream s) {
   std::lock_guard lock(rings_mu_);
+  const uint32_t id = s.id;
   StreamState& st = streams_[id];
+  // Checked again under the lock: two destroys of one handle release it once.
+  if (!st.open.load(std::memory_order_relaxed) || st.generation.load(std::memory_order_relaxed) != s.generation)
+    return Status::kInvalidResourceHandle;
   const uint32_t r = st.ring.load(std::memory_order_relaxed);
   Ring& g = *rings_[r];
   std::lock_guard rl(g.mu);
   // CUDA defers the destroy: the stream's work still runs. The fence lets the
   // ring's later fences (device-wide waits) cover that work once the stream is gone.
   if (g.fence_end != g.tail) push_fence_locked(t, g, r);
+  if (st.blocking.load(std::memory_order_relaxed)) {
+    g.blocking_end.store(g.fence_end, std::memory_order_release);
+    g.blocking_live.fetch_sub(1, std::memory_order_release);
+  }
   Entry e{};
   e.op = uint16_t(Op::StreamDestroy);
   const uint64_t pos = push_locked(t, g, r, id, e, nullptr);
@@ -617,7 +627,9 @@ Status Client::stream_destroy(Stream s) {
   ThreadState& t = thread();
   Bound b;
   if (s.id == kLegacyStreamId || !bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
-  return finish(t, release_stream(t, s.id));
+  if (t.has_per_thread && t.per_thread.id == s.id && t.per_thread.generation == s.generation)
+    t.has_per_thread = false;  // destroyed by hand: the thread's exit has nothing left to release
+  return finish(t, release_stream(t, s));
 }
 
 Stream Client::per_thread_stream() {
@@ -991,9 +1003,7 @@ Status Client::module_unload(uint32_t module) {
   return finish(t, call(e));
 }
 
-Status Client::device_info(DeviceInfo* out) {
-  ThreadState& t = thread();
-  if (!out) return finish(t, Status::kInvalidValue);
+Status Client::fetch_device_info(DeviceInfo* out) {
   Entry e{};
   e.op = uint16_t(Op::DeviceInfo);
   DeviceInfo info{};
@@ -1002,7 +1012,13 @@ Status Client::device_info(DeviceInfo* out) {
     *out = info;
     out->name[sizeof(out->name) - 1] = 0;
   }
-  return finish(t, s);
+  return s;
+}
+
+Status Client::device_info(DeviceInfo* out) {
+  ThreadState& t = thread();
+  if (!out) return finish(t, Status::kInvalidValue);
+  return finish(t, fetch_device_info(out));
 }
 
 Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
@@ -1025,7 +1041,7 @@ Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, 
     uint64_t limit = smem_optin_.load(std::memory_order_relaxed);
     if (limit == 0) {
       DeviceInfo info{};
-      if (Status st = device_info(&info); !ok(st)) return finish(t, st);
+      if (Status st = fetch_device_info(&info); !ok(st)) return finish(t, st);  // not finish()ed twice
       limit = std::max<uint64_t>(info.shared_mem_per_block_optin, 48 * 1024);
       smem_optin_.store(limit, std::memory_order_relaxed);
     }
@@ -1061,6 +1077,14 @@ void Client::fence_target(ThreadState& t, uint32_t r, std::vector<std::pair<uint
   targets->push_back({r, g.fence_end == g.tail ? g.tail : push_fence_locked(t, g, r)});
 }
 
+void Client::fence_blocking(ThreadState& t, uint32_t r, std::vector<std::pair<uint32_t, uint64_t>>* targets) {
+  Ring& g = *rings_[r];
+  if (g.blocking_live.load(std::memory_order_acquire)) return fence_target(t, r, targets);
+  // Only destroyed blocking streams' work, covered by the fence before the last destroy.
+  const uint64_t end = g.blocking_end.load(std::memory_order_acquire);
+  if (region_->ring(r).completed.load(std::memory_order_acquire) < end) targets->push_back({r, end});
+}
+
 Status Client::wait_targets(ThreadState& t, const std::vector<std::pair<uint32_t, uint64_t>>& targets) {
   for (auto [r, pos] : targets)
     if (Status s = wait_completed(r, pos); !ok(s)) return finish(t, s);
@@ -1087,7 +1111,7 @@ Status Client::stream_order_wait(Stream s) {
   fence_target(t, b.r, &targets);
   if (opt_.ordered && s.id == kLegacyStreamId) {
     for (uint32_t r = 1; r < rings_.size(); ++r)
-      if (rings_[r]->blocking.load(std::memory_order_relaxed)) fence_target(t, r, &targets);
+      fence_blocking(t, r, &targets);
   } else if (opt_.ordered && b.st->blocking.load(std::memory_order_relaxed)) {
     fence_target(t, kLegacyRing, &targets);
   }

@@ -29,13 +29,11 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <thread>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -155,7 +153,6 @@ struct Driver {
   PFN_cuCtxGetCurrent_v4000 ctx_get_current = nullptr;
   PFN_cuCtxSetCurrent_v4000 ctx_set_current = nullptr;
   PFN_cuFuncGetParamInfo_v12040 func_get_param_info = nullptr;  // optional: drivers before 12.4 lack it
-  PFN_cuStreamWaitValue64_v11070 stream_wait_value64 = nullptr;  // optional: see stream_wait_value
 
   template <class F>
   static bool get(const char* name, unsigned version, F* out, bool required, std::string* error) {
@@ -183,8 +180,7 @@ struct Driver {
            get("cuLaunchKernel", 12000, &launch_kernel, true, error) &&
            get("cuCtxGetCurrent", 12000, &ctx_get_current, true, error) &&
            get("cuCtxSetCurrent", 12000, &ctx_set_current, true, error) &&
-           get("cuFuncGetParamInfo", 12040, &func_get_param_info, false, error) &&
-           get("cuStreamWaitValue64", 12000, &stream_wait_value64, false, error);
+           get("cuFuncGetParamInfo", 12040, &func_get_param_info, false, error);
   }
 };
 
@@ -407,35 +403,6 @@ class CudaBackend final : public Backend {
     // the stream's last work: usually the thread now synchronizing on it.
     const OpTag tag = last_tag_[stream];
     enqueue_callback(s, std::move(fn), &tag, nullptr, lk);
-  }
-
-  Status stream_wait_value(uint32_t stream, const std::atomic<uint64_t>* word, uint64_t value) override {
-    if (!word) return Status::kInvalidValue;
-    ensure_context();
-    std::unique_lock lk(mu_);
-    cudaStream_t s;
-    if (!find_stream(stream, &s)) return Status::kInvalidResourceHandle;
-    // The word is in the registered region: the GPU waits on it itself, and
-    // no host thread is held (the driver's callback thread serves every stream).
-    void* dev = nullptr;
-    if (drv_.stream_wait_value64 &&
-        cudaHostGetDevicePointer(&dev, const_cast<std::atomic<uint64_t>*>(word), 0) == cudaSuccess) {
-      const CUresult r = drv_.stream_wait_value64(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(dev),
-                                                  value, CU_STREAM_WAIT_VALUE_GEQ);
-      if (r == CUDA_SUCCESS) return Status::kSuccess;
-    }
-    cudaGetLastError();  // not sticky
-    if (!wait_value_logged_) {
-      wait_value_logged_ = true;
-      log("cuStreamWaitValue64 on the shared region is unavailable: host functions wait on the driver's callback "
-          "thread instead (slower, and they serialize with other streams' callbacks)");
-    }
-    const OpTag tag = last_tag_[stream];
-    enqueue_callback(s, [word, value] {
-      for (uint32_t us = 1; word->load(std::memory_order_acquire) < value; us = std::min(us * 2, 200u))
-        std::this_thread::sleep_for(std::chrono::microseconds(us));
-    }, &tag, nullptr, lk);
-    return Status::kSuccess;
   }
 
   Status malloc(uint64_t size, uint64_t* device_addr) override {
@@ -771,7 +738,6 @@ class CudaBackend final : public Backend {
   std::mutex mu_;
   std::vector<cudaStream_t> streams_ = std::vector<cudaStream_t>(kMaxStreams);  // guarded by mu_; by stream id, [0] = cudaStreamLegacy
   std::vector<OpTag> last_tag_ = std::vector<OpTag>(kMaxStreams);  // guarded by mu_
-  bool wait_value_logged_ = false;                                  // guarded by mu_
   std::unordered_map<uint32_t, cudaEvent_t> events_;     // guarded by mu_
   std::unordered_map<uint32_t, CUmodule> modules_;       // guarded by mu_; 0 = built-in kernels
   KernelIds kernel_slots_;                               // guarded by mu_

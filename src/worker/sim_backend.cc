@@ -246,14 +246,11 @@ struct WaitOp {
 struct HostOp {
   std::function<void()> fn;
 };
-struct WaitValueOp {
-  const std::atomic<uint64_t>* word;
-  uint64_t value;
-};
+
 
 struct Op {
   OpTag tag;
-  std::variant<LaunchOp, CopyOp, SetOp, RecordOp, WaitOp, HostOp, WaitValueOp> body;
+  std::variant<LaunchOp, CopyOp, SetOp, RecordOp, WaitOp, HostOp> body;
 };
 
 void run_guarded(std::function<void()>& fn) {
@@ -539,15 +536,6 @@ class Device final : public Backend {
     run_guarded(fn);  // unknown stream: nothing to wait for
   }
 
-  Status stream_wait_value(uint32_t stream, const std::atomic<uint64_t>* word, uint64_t value) override {
-    if (!word) return Status::kInvalidValue;
-    std::lock_guard lk(mu_);
-    Stream* s = find_stream_locked(stream);
-    if (!s) return Status::kInvalidResourceHandle;
-    push_locked(*s, Op{OpTag{}, WaitValueOp{word, value}});
-    return Status::kSuccess;
-  }
-
   Status malloc(uint64_t size, uint64_t* device_addr) override {
     if (!device_addr || size == 0 || size > kMaxAllocBytes) return Status::kInvalidValue;
     HostBlock block;
@@ -785,10 +773,6 @@ class Device final : public Backend {
       w->stream->wait_for(w->seq);
     } else if (auto* h = std::get_if<HostOp>(&op.body)) {
       run_guarded(h->fn);
-    } else if (auto* v = std::get_if<WaitValueOp>(&op.body)) {
-      // Written by another process (a guest in a VM): poll, backing off to 200 us.
-      for (uint32_t us = 1; v->word->load(std::memory_order_acquire) < v->value; us = std::min(us * 2, 200u))
-        std::this_thread::sleep_for(std::chrono::microseconds(us));
     }
   }
 

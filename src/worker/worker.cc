@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <thread>
 #include <sstream>
 
 #include "ordo/validate.h"
@@ -209,6 +210,11 @@ bool Worker::poll_ring(uint32_t r) {
   bool progressed = false;
   const uint64_t mask = layout_.ring_capacity - 1;
   for (uint32_t n = 0; n < kBatch && rs.head < tail; ++n) {
+    if (rs.hold) {
+      // A host function: the ring goes on once the guest ran it.
+      if (rs.hold->done.load(std::memory_order_acquire) < rs.hold_ticket) break;
+      rs.hold = nullptr;
+    }
     if (!rs.staged) {
       // Copy once, then validate and use only the copy (no double fetch).
       std::memcpy(&rs.entry, &region_.entries(r)[rs.head & mask], sizeof(Entry));
@@ -389,15 +395,16 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
     }
     case Op::HostFunc: {
       // The guest runs the function (CUDA runs it on a runtime thread of the
-      // program): tell it when the stream got there, and hold the stream until
-      // it says done. Neither step blocks this thread.
+      // program): a callback tells it when the stream got there, and the ring
+      // dispatches nothing more until the guest says done (poll_ring). Nothing
+      // waits on the device, so a guest that never says done stalls only its
+      // own ring, and a session reset simply drops the hold.
       auto* w = reinterpret_cast<HostFuncWords*>(region_.heap() + e.arg[0]);  // check_entry: in the heap, aligned
       const uint64_t ticket = e.arg[1];
       backend_.host_callback(st, [w, ticket] { w->reached.store(ticket, std::memory_order_release); });
-      if (host_waits_.size() >= 4096)
-        std::erase_if(host_waits_, [](auto& hw) { return hw.first->done.load(std::memory_order_acquire) >= hw.second; });
-      host_waits_.push_back({w, ticket});
-      return backend_.stream_wait_value(st, &w->done, ticket);
+      rs.hold = w;
+      rs.hold_ticket = ticket;
+      return Status::kSuccess;
     }
     default:
       return Status::kNotSupported;  // check_entry keeps slot ops off rings
@@ -630,13 +637,6 @@ void Worker::attach_session(uint64_t session) {
 }
 
 void Worker::reset_session() {
-  // A guest that is gone runs no more host functions: end the streams' waits for them.
-  for (auto [w, ticket] : host_waits_) {
-    uint64_t cur = w->done.load(std::memory_order_relaxed);
-    while (cur < ticket && !w->done.compare_exchange_weak(cur, ticket, std::memory_order_release)) {
-    }
-  }
-  host_waits_.clear();
   // Let queued device work finish before freeing what it may use.
   std::mutex mu;
   std::condition_variable cv;
@@ -655,6 +655,17 @@ void Worker::reset_session() {
   {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return pending == 0; });
+  }
+  // Destroyed streams' deferred work too: the fence before each destroy stays
+  // queued until that work ran. (A fault it raises must not reach the next session.)
+  for (const RingState& rs : rings_) {
+    for (;;) {
+      {
+        std::lock_guard lock(rs.fences->mu);
+        if (rs.fences->queue.empty()) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
   for (uint32_t st = 1; st < kMaxStreams; ++st)
     if (stream_ring_[st] != kNoRingBound) backend_.stream_destroy(st);
