@@ -236,8 +236,9 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
             GEN_OK(c->memcpy_d2h_async(&hf_snap[idx], dstamps + uint64_t(last.stamp) * sizeof(sim::Stamp),
                                        sizeof(sim::Stamp), g.s));
           const uint32_t nap = uint32_t(rng() % 300);
-          GEN_OK(c->host_func(g.s, [&, idx, follows, nap] {
-            if (follows && hf_snap[idx].end == 0) ++hf_early;
+          // By value: the function runs on the client's thread, outside this frame's lifetime guarantees.
+          GEN_OK(c->host_func(g.s, [hf_snap, hf_flag, early = &hf_early, idx, follows, nap] {
+            if (follows && hf_snap[idx].end == 0) ++*early;
             std::this_thread::sleep_for(std::chrono::microseconds(nap));
             hf_flag[idx] = uint32_t(idx) + 1;
           }));

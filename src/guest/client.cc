@@ -122,6 +122,7 @@ struct Client::HostFuncs {
   std::vector<uint64_t> tickets;
   std::vector<uint32_t> free;
   std::deque<Pending> pending;
+  std::atomic<uint64_t> ran{0};  // functions finished: released by the runner, acquired by every wait for the worker
   bool stop = false;
   std::thread runner;
 };
@@ -368,7 +369,12 @@ Status Client::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) {
   uint64_t beat_changed_ms = 0;
   uint32_t sleep_us = 2;
   for (uint64_t i = 0;; ++i) {
-    if (word.load(std::memory_order_acquire) >= target) return Status::kSuccess;
+    if (word.load(std::memory_order_acquire) >= target) {
+      // What the worker reports may follow a host function's `done` (through
+      // another process): make what the function did visible here too.
+      host_funcs_->ran.load(std::memory_order_acquire);
+      return Status::kSuccess;
+    }
     if (i < 2000) {
       _mm_pause();
       continue;
@@ -1201,6 +1207,7 @@ void Client::run_host_funcs() {
     } catch (...) {
       // A throwing host function must not end the runner (CUDA's would terminate the program).
     }
+    h.ran.fetch_add(1, std::memory_order_release);
     h.words[p.slot].done.store(p.ticket, std::memory_order_release);
     _mm_sfence();  // out of the write-combining buffer of a BAR mapping now, not eventually
     lock.lock();
