@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,6 +32,10 @@ WorkerProcess::WorkerProcess(std::vector<std::string> args, const char* size, st
   argv.insert(argv.end(), args.begin(), args.end());
   pid_ = fork();
   if (pid_ == 0) {
+    // A test process that dies (a sanitizer halting on an error) takes its
+    // worker along: an orphan would hold the test's output pipe open until
+    // meson's timeout.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0) dup2(fd, 2);
     std::vector<char*> cargv;
