@@ -676,5 +676,40 @@ TEST(Regress, LegacyStreamSynchronizeCoversTheLegacyStreamOnly) {
   });
 }
 
+
+// Class 7: a stream that shares its ring (more streams than rings) is
+// synchronized alone: cudaStreamSynchronize does not wait for a ring-mate's
+// long kernel.
+TEST(Regress, SynchronizingASharedRingStreamWaitsForItAlone) {
+  WorkerProcess w;
+  with_deadline(w, 30s, [&] {
+    auto c = w.attach(quick_timeout());
+    const uint32_t k = kernel(*c, "ordo_stamp");
+    uint64_t d = 0;
+    ASSERT_EQ(c->malloc(&d, 3 * sizeof(sim::Stamp)), Status::kSuccess);
+    ASSERT_EQ(c->memset_async(d, 0, 3 * sizeof(sim::Stamp), kLegacyStream), Status::kSuccess);
+    ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+    // One stream per ring, then one more: it shares a ring with one of them.
+    std::vector<Stream> s(c->layout().ring_count);
+    for (auto& x : s) ASSERT_EQ(c->stream_create(&x, kStreamNonBlocking), Status::kSuccess);
+    const Stream mine = s.back();
+    Stream mate{};
+    for (size_t i = 0; i + 1 < s.size(); ++i)
+      if (c->ring_of_stream(s[i]) == c->ring_of_stream(mine)) mate = s[i];
+    ASSERT_NE(mate.id, 0u) << "no stream shares a ring with the last one";
+    sim::StampArgs slow{d, 0, 400000}, quick{d, 1, 0}, probe{d, 2, 0};
+    ASSERT_EQ(c->launch(k, {1}, {1}, &slow, sizeof slow, mate), Status::kSuccess);
+    ASSERT_EQ(c->launch(k, {1}, {1}, &quick, sizeof quick, mine), Status::kSuccess);
+    ASSERT_EQ(c->stream_synchronize(mine), Status::kSuccess);
+    ASSERT_EQ(c->launch(k, {1}, {1}, &probe, sizeof probe, s[0].id == mate.id ? s[1] : s[0]), Status::kSuccess);
+    ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+    sim::Stamp st[3];
+    ASSERT_EQ(c->memcpy_d2h(st, d, sizeof st), Status::kSuccess);
+    EXPECT_GT(st[1].end, 0u) << "the synchronized stream's kernel had not run";
+    EXPECT_LT(st[2].start, st[0].end) << "synchronizing a stream waited for its ring-mate's kernel";
+    for (auto& x : s) EXPECT_EQ(c->stream_destroy(x), Status::kSuccess);
+  });
+}
+
 }  // namespace
 }  // namespace ordo::test

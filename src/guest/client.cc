@@ -652,6 +652,21 @@ Status Client::stream_synchronize(Stream s) {
   ThreadState& t = thread();
   Bound b;
   if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
+  bool shared;
+  {
+    std::lock_guard lock(rings_mu_);
+    shared = b.g->live > 1;
+  }
+  if (shared) {
+    // A fence would also wait for the ring-mates' work: ask for this stream
+    // alone, once everything it published so far was dispatched.
+    Entry req{};
+    req.op = uint16_t(Op::StreamSynchronize);
+    req.arg[0] = s.id;
+    const uint64_t end = b.g->published.load(std::memory_order_acquire);
+    if (end) req.edges[req.edge_count++] = {b.r, 0, end};
+    return finish(t, call(req));
+  }
   std::vector<std::pair<uint32_t, uint64_t>> targets;
   fence_target(t, b.r, &targets);
   return wait_targets(t, targets);

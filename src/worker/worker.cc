@@ -576,6 +576,22 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       });
       return;
     }
+    case Op::StreamSynchronize: {
+      // The stream alone, not its ring-mates (a fence would wait for them too).
+      const uint64_t id = e.arg[0];
+      if (id >= kMaxStreams || stream_ring_[id] == kNoRingBound) return reply(s, seq, Status::kInvalidResourceHandle);
+      uint64_t epoch;
+      {
+        std::lock_guard lock(error_mu_);
+        epoch = session_epoch_;
+      }
+      pending_notifies_.fetch_add(1, std::memory_order_relaxed);
+      backend_.stream_notify(uint32_t(id), [this, s, seq, epoch] {
+        reply(s, seq, Status::kSuccess, 0, 0, epoch);
+        if (pending_notifies_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_notifies_.notify_all();
+      });
+      return;
+    }
     case Op::EventElapsed: {
       uint32_t a, b;
       if (Status st = event_index(e.arg[0], &a); !ok(st)) return reply(s, seq, st);
