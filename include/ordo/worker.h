@@ -123,6 +123,8 @@ class Worker {
   bool chaos_hold(bool& armed, uint64_t& until);
   Status dispatch(uint32_t ring, const Entry& e, uint64_t pos);
   void serve_slot(uint32_t s, const Entry& e, uint64_t seq);
+  // The success reply to slot s for a request a backend callback completes (EventSynchronize, StreamSynchronize).
+  std::function<void()> deferred_reply(uint32_t s, uint64_t seq);
   Status resolve(MemKind kind, uint32_t ring, uint64_t addr, uint64_t size, MemOperand* out);
   Status check_device_range(uint64_t addr, uint64_t size) const;
   Status event_index(uint64_t handle, uint32_t* index) const;

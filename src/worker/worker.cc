@@ -459,6 +459,21 @@ bool Worker::try_slot(uint32_t s) {
   return true;
 }
 
+std::function<void()> Worker::deferred_reply(uint32_t s, uint64_t seq) {
+  // Completes from a backend thread: the dispatch thread never waits on the device.
+  uint64_t epoch;
+  {
+    std::lock_guard lock(error_mu_);
+    epoch = session_epoch_;
+  }
+  pending_notifies_.fetch_add(1, std::memory_order_relaxed);
+  return [this, s, seq, epoch] {
+    reply(s, seq, Status::kSuccess, 0, 0, epoch);
+    // Last: once this reaches 0, ~Worker may run.
+    if (pending_notifies_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_notifies_.notify_all();
+  };
+}
+
 void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
   const Op op = static_cast<Op>(e.op);
   bump(counters_.ops[e.op]);
@@ -562,34 +577,14 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
     case Op::EventSynchronize: {
       uint32_t idx;
       if (Status st = event_index(e.arg[0], &idx); !ok(st)) return reply(s, seq, st);
-      // Completes from a backend thread: the dispatch thread never waits on the device.
-      uint64_t epoch;
-      {
-        std::lock_guard lock(error_mu_);
-        epoch = session_epoch_;
-      }
-      pending_notifies_.fetch_add(1, std::memory_order_relaxed);
-      backend_.event_notify(idx, [this, s, seq, epoch] {
-        reply(s, seq, Status::kSuccess, 0, 0, epoch);
-        // Last: once this reaches 0, ~Worker may run.
-        if (pending_notifies_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_notifies_.notify_all();
-      });
+      backend_.event_notify(idx, deferred_reply(s, seq));
       return;
     }
     case Op::StreamSynchronize: {
       // The stream alone, not its ring-mates (a fence would wait for them too).
       const uint64_t id = e.arg[0];
       if (id >= kMaxStreams || stream_ring_[id] == kNoRingBound) return reply(s, seq, Status::kInvalidResourceHandle);
-      uint64_t epoch;
-      {
-        std::lock_guard lock(error_mu_);
-        epoch = session_epoch_;
-      }
-      pending_notifies_.fetch_add(1, std::memory_order_relaxed);
-      backend_.stream_notify(uint32_t(id), [this, s, seq, epoch] {
-        reply(s, seq, Status::kSuccess, 0, 0, epoch);
-        if (pending_notifies_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_notifies_.notify_all();
-      });
+      backend_.stream_notify(uint32_t(id), deferred_reply(s, seq));
       return;
     }
     case Op::EventElapsed: {
