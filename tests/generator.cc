@@ -147,6 +147,17 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
       add(l);
       last = l;
     };
+    // Host-side work on g at index idx: if stream work issued now on g follows
+    // `last` (C1 or C3), so must it. Then a copy of `last`'s stamp, queued on g
+    // just before it, must show that stamp done. Returns whether it follows.
+    auto snapshot_last = [&](const GenStream& g, int idx) {
+      const bool follows = last.stamp >= 0 && (last.sid == g.sid || (g.legacy && !last.legacy && last.blocking) ||
+                                               (!g.legacy && g.blocking && last.legacy));
+      if (follows)
+        GEN_OK(c->memcpy_d2h_async(&hf_snap[idx], dstamps + uint64_t(last.stamp) * sizeof(sim::Stamp),
+                                   sizeof(sim::Stamp), g.s));
+      return follows;
+    };
     for (int ph = 0; ph < prog.phases; ++ph) {
       for (int k = 0; k < prog.ops_per_phase; ++k) {
         const int roll = int(rng() % 100);
@@ -229,12 +240,7 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
           const GenStream& g = pick();
           const int idx = next_hf++;
           if (idx >= max_hf) continue;
-          // Stream work issued now on g follows `last` by C1 or C3: so must the function.
-          const bool follows = last.stamp >= 0 && (last.sid == g.sid || (g.legacy && !last.legacy && last.blocking) ||
-                                                   (!g.legacy && g.blocking && last.legacy));
-          if (follows)
-            GEN_OK(c->memcpy_d2h_async(&hf_snap[idx], dstamps + uint64_t(last.stamp) * sizeof(sim::Stamp),
-                                       sizeof(sim::Stamp), g.s));
+          const bool follows = snapshot_last(g, idx);
           const uint32_t nap = uint32_t(rng() % 300);
           // By value: the function runs on the client's thread, outside this frame's lifetime guarantees.
           GEN_OK(c->host_func(g.s, [hf_snap, hf_flag, early = &hf_early, idx, follows, nap] {
@@ -247,11 +253,7 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
           const GenStream& g = pick();
           const int idx = next_hf++;
           if (idx >= max_hf) continue;
-          const bool follows = last.stamp >= 0 && (last.sid == g.sid || (g.legacy && !last.legacy && last.blocking) ||
-                                                   (!g.legacy && g.blocking && last.legacy));
-          if (follows)
-            GEN_OK(c->memcpy_d2h_async(&hf_snap[idx], dstamps + uint64_t(last.stamp) * sizeof(sim::Stamp),
-                                       sizeof(sim::Stamp), g.s));
+          const bool follows = snapshot_last(g, idx);
           GEN_OK(c->stream_order_wait(g.s));
           if (follows && hf_snap[idx].end == 0) ++hf_early;
           hf_flag[idx] = uint32_t(idx) + 1;

@@ -74,6 +74,15 @@ void with_deadline(WorkerProcess& w, std::chrono::seconds limit, const std::func
 
 std::vector<uint8_t> bytes(uint8_t v, uint64_t n = kBytes) { return std::vector<uint8_t>(n, v); }
 
+// A device buffer of `size` zero bytes, ready (0 and a test failure if not).
+uint64_t zeroed(Client& c, uint64_t size) {
+  uint64_t d = 0;
+  EXPECT_EQ(c.malloc(&d, size), Status::kSuccess);
+  EXPECT_EQ(c.memset_async(d, 0, size, kLegacyStream), Status::kSuccess);
+  EXPECT_EQ(c.device_synchronize(), Status::kSuccess);
+  return d;
+}
+
 // Reads device memory without any device-wide synchronization: on a
 // non-blocking stream into pinned memory, then a sync of that stream only.
 std::vector<uint8_t> peek(Client& c, Stream side, void* pinned, uint64_t src) {
@@ -235,10 +244,8 @@ TEST(Regress, MoreThreadsThanSlots) {
   with_deadline(w, 20s, [&] {
     const uint32_t k = kernel(*c, "ordo_stamp");
     const uint32_t n = c->layout().slot_count + 16;
-    uint64_t stamps = 0;
-    ASSERT_EQ(c->malloc(&stamps, n * sizeof(sim::Stamp)), Status::kSuccess);
-    ASSERT_EQ(c->memset_async(stamps, 0, n * sizeof(sim::Stamp), kLegacyStream), Status::kSuccess);
-    ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+    const uint64_t stamps = zeroed(*c, n * sizeof(sim::Stamp));
+    ASSERT_NE(stamps, 0u);
     std::barrier all(n), with_main(n + 1);
     std::atomic<int> failed_launch{0}, failed_sync{0}, failed_malloc{0}, failed_free{0};
     std::vector<Status> first_error(n, Status::kSuccess);
@@ -647,10 +654,8 @@ TEST(Regress, LegacyStreamSynchronizeCoversTheLegacyStreamOnly) {
   with_deadline(w, 30s, [&] {
     auto c = w.attach(quick_timeout());
     const uint32_t k = kernel(*c, "ordo_stamp");
-    uint64_t d = 0;
-    ASSERT_EQ(c->malloc(&d, 4 * sizeof(sim::Stamp)), Status::kSuccess);
-    ASSERT_EQ(c->memset_async(d, 0, 4 * sizeof(sim::Stamp), kLegacyStream), Status::kSuccess);
-    ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+    const uint64_t d = zeroed(*c, 4 * sizeof(sim::Stamp));
+    ASSERT_NE(d, 0u);
     Stream b, n;
     ASSERT_EQ(c->stream_create(&b), Status::kSuccess);  // blocking
     ASSERT_EQ(c->stream_create(&n, kStreamNonBlocking), Status::kSuccess);
@@ -685,10 +690,8 @@ TEST(Regress, SynchronizingASharedRingStreamWaitsForItAlone) {
   with_deadline(w, 30s, [&] {
     auto c = w.attach(quick_timeout());
     const uint32_t k = kernel(*c, "ordo_stamp");
-    uint64_t d = 0;
-    ASSERT_EQ(c->malloc(&d, 3 * sizeof(sim::Stamp)), Status::kSuccess);
-    ASSERT_EQ(c->memset_async(d, 0, 3 * sizeof(sim::Stamp), kLegacyStream), Status::kSuccess);
-    ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+    const uint64_t d = zeroed(*c, 3 * sizeof(sim::Stamp));
+    ASSERT_NE(d, 0u);
     // One stream per ring, then one more: it shares a ring with one of them.
     std::vector<Stream> s(c->layout().ring_count);
     for (auto& x : s) ASSERT_EQ(c->stream_create(&x, kStreamNonBlocking), Status::kSuccess);
