@@ -15,6 +15,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "ordo/layout.h"
 #include "ordo/status.h"
 
 namespace ordo {
@@ -149,8 +150,13 @@ class Backend {
   // Module 0 is "no module": kernels the backend knows by name (the sim's
   // built-in and registered kernels).
   virtual Status kernel_lookup(uint32_t module, std::string_view name, uint32_t* kernel) = 0;
+  // false: the kernel exists in its module but this backend cannot run it (the
+  // sim without a host twin); its launches fail with kNoKernelImage in stream order.
+  virtual bool kernel_runnable(uint32_t /*kernel*/) { return true; }
   // The device the backend drives, for cudaGetDeviceProperties and friends.
   virtual Status device_info(DeviceInfo* out) = 0;
+  // Attributes [first, first + kDeviceAttributesPerCall); 0 for numbers the device does not know.
+  virtual Status device_attributes(uint32_t first, int32_t* out);
 
   // Host memory the worker will pass as MemOperand host pointers (the shared
   // region), told once before any copy. The cuda backend pins it so copies DMA

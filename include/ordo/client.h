@@ -96,11 +96,14 @@ class Client {
 
   // Kernels. Module 0 holds the kernels the backend knows by name (the sim's).
   Status kernel_lookup(const std::string& name, uint32_t* kernel) { return kernel_lookup(0, name, kernel); }
-  Status kernel_lookup(uint32_t module, const std::string& name, uint32_t* kernel);
+  // `runnable` (optional): false when the backend knows the kernel but cannot run it.
+  Status kernel_lookup(uint32_t module, const std::string& name, uint32_t* kernel, bool* runnable = nullptr);
   // Ships a module image (fatbin or cubin) to the worker through the pinned heap.
   Status module_load(const void* image, uint64_t size, uint32_t* module);
   Status module_unload(uint32_t module);  // waits for all work first
   Status device_info(DeviceInfo* out);
+  // Device attributes first.. (kDeviceAttributesPerCall of them, by CUdevice_attribute number).
+  Status device_attributes(uint32_t first, int32_t* out);
   Status launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
                 uint32_t shared_mem = 0);
 

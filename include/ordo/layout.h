@@ -86,6 +86,11 @@ struct RingControl {
 static_assert(sizeof(RingControl) == 3 * kCacheLine);
 
 inline constexpr size_t kSlotPayload = 512;
+// Device attributes by CUdevice_attribute number, as the host driver reports
+// them (cuDeviceGetAttribute), fetched a reply payload at a time (Op::DeviceAttributes).
+inline constexpr uint32_t kDeviceAttributeCount = 256;
+inline constexpr uint32_t kDeviceAttributesPerCall = 128;
+static_assert(kDeviceAttributesPerCall * sizeof(int32_t) <= kSlotPayload && kDeviceAttributeCount % kDeviceAttributesPerCall == 0);
 
 // A guest thread's mailbox for synchronous calls and its async-error channel.
 struct ReplySlot {

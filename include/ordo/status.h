@@ -16,6 +16,7 @@ enum class Status : int32_t {
   kInitializationError = 3,        // cudaErrorInitializationError
   kInvalidDevice = 101,            // cudaErrorInvalidDevice
   kInvalidKernelImage = 200,       // cudaErrorInvalidKernelImage
+  kNoKernelImage = 209,            // cudaErrorNoKernelImageForDevice: nothing can run this kernel here
   kDevicesUnavailable = 46,        // cudaErrorDevicesUnavailable
   kInvalidDeviceFunction = 98,     // cudaErrorInvalidDeviceFunction
   kInvalidResourceHandle = 400,    // cudaErrorInvalidResourceHandle

@@ -980,15 +980,16 @@ Status Client::memcpy_d2h(void* dst, uint64_t src, uint64_t size) {
 
 // ---- kernels and device-wide calls -----------------------------------------
 
-Status Client::kernel_lookup(uint32_t module, const std::string& name, uint32_t* kernel) {
+Status Client::kernel_lookup(uint32_t module, const std::string& name, uint32_t* kernel, bool* runnable) {
   ThreadState& t = thread();
   if (!kernel || name.empty() || name.size() >= kSlotPayload) return finish_own(t, Status::kInvalidValue);
   Entry e{};
   e.op = uint16_t(Op::KernelLookup);
   e.arg[0] = module;
-  uint64_t id = 0;
-  Status s = call(e, &id, nullptr, &name);
+  uint64_t id = 0, cannot_run = 0;
+  Status s = call(e, &id, &cannot_run, &name);
   if (ok(s)) *kernel = uint32_t(id);
+  if (ok(s) && runnable) *runnable = cannot_run == 0;
   return finish_own(t, s);
 }
 
@@ -1034,6 +1035,15 @@ Status Client::fetch_device_info(DeviceInfo* out) {
     out->name[sizeof(out->name) - 1] = 0;
   }
   return s;
+}
+
+Status Client::device_attributes(uint32_t first, int32_t* out) {
+  ThreadState& t = thread();
+  if (!out) return finish(t, Status::kInvalidValue);
+  Entry e{};
+  e.op = uint16_t(Op::DeviceAttributes);
+  e.arg[1] = first;
+  return finish(t, call(e, nullptr, nullptr, nullptr, out, kDeviceAttributesPerCall * sizeof(int32_t)));
 }
 
 Status Client::device_info(DeviceInfo* out) {

@@ -12,6 +12,7 @@ std::string_view status_name(Status s) {
     case Status::kInitializationError: return "initialization error";
     case Status::kInvalidDevice: return "invalid device";
     case Status::kInvalidKernelImage: return "invalid kernel image";
+    case Status::kNoKernelImage: return "no kernel image for the device";
     case Status::kDevicesUnavailable: return "worker unavailable";
     case Status::kInvalidDeviceFunction: return "unknown kernel";
     case Status::kInvalidResourceHandle: return "invalid handle";

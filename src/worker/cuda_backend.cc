@@ -505,6 +505,12 @@ class CudaBackend final : public Backend {
     return Status::kSuccess;
   }
 
+  Status device_attributes(uint32_t first, int32_t* out) override {
+    if (first % kDeviceAttributesPerCall || first >= kDeviceAttributeCount) return Status::kInvalidValue;
+    std::memcpy(out, attrs_ + first, kDeviceAttributesPerCall * sizeof(int32_t));
+    return Status::kSuccess;
+  }
+
  private:
   struct Kernel {
     CUfunction fn = nullptr;  // null while the slot is free
@@ -564,6 +570,11 @@ class CudaBackend final : public Backend {
       if (error) *error = std::string("cudaGetDeviceProperties failed: ") + cudaGetErrorName(e);
       return false;
     }
+    // Every attribute as the driver reports it (cudaDeviceAttr numbers are CUdevice_attribute's);
+    // numbers this driver does not know stay 0.
+    for (uint32_t a = 1; a < kDeviceAttributeCount; ++a)
+      if (cudaDeviceGetAttribute(&attrs_[a], cudaDeviceAttr(a), device_) != cudaSuccess) attrs_[a] = 0;
+    cudaGetLastError();
     DeviceInfo& d = info_;
     d = DeviceInfo{};
     std::memcpy(d.name, p.name, std::min(sizeof d.name, sizeof p.name));
@@ -734,6 +745,7 @@ class CudaBackend final : public Backend {
   Driver drv_;
   CUcontext ctx_ = nullptr;
   DeviceInfo info_{};
+  int32_t attrs_[kDeviceAttributeCount] = {};
 
   std::mutex mu_;
   std::vector<cudaStream_t> streams_ = std::vector<cudaStream_t>(kMaxStreams);  // guarded by mu_; by stream id, [0] = cudaStreamLegacy

@@ -78,6 +78,8 @@ struct Registry {
   std::shared_mutex mu;
   std::map<std::string, uint32_t, std::less<>> ids;  // guarded by mu
   std::array<std::atomic<Kernel>, kMaxKernels> fns{};
+  // Kernels of loaded modules with no host twin, by id: found, but launching them fails.
+  std::map<uint32_t, std::string> missing;  // guarded by mu
   std::atomic<uint32_t> count{0};
 };
 
@@ -128,6 +130,9 @@ DeviceInfo sim_device_info() {
   d.can_map_host_memory = 1;
   d.stream_priorities_supported = 1;
   d.global_l1_cache_supported = d.local_l1_cache_supported = 1;
+  static constexpr uint8_t kUuid[16] = {'o', 'r', 'd', 'o', '-', 's', 'i', 'm', '-', 'd', 'e', 'v', 'i', 'c', 'e', '0'};
+  std::memcpy(d.uuid, kUuid, sizeof kUuid);
+  d.pci_bus_id = 0x1b;
   return d;
 }
 
@@ -224,6 +229,7 @@ struct Capture {
 
 struct LaunchOp {
   Kernel fn;
+  std::string_view missing;  // the kernel's name when there is no twin (fn is null)
   Dim3 grid, block;
   ArgBuf args;
 };
@@ -397,7 +403,14 @@ class Device final : public Backend {
 
   Status launch(uint32_t stream, const LaunchParams& p, const OpTag& tag) override {
     Kernel fn = kernel_by_id(p.kernel);
-    if (!fn) return Status::kInvalidDeviceFunction;
+    std::string_view missing;
+    if (!fn) {
+      Registry& r = registry();
+      std::shared_lock lk(r.mu);
+      auto it = r.missing.find(p.kernel);
+      if (it == r.missing.end()) return Status::kInvalidDeviceFunction;
+      missing = it->second;  // a map node: stable while the process lives
+    }
     if (p.grid.x == 0 || p.grid.y == 0 || p.grid.z == 0 || p.block.x == 0 || p.block.y == 0 ||
         p.block.z == 0) {
       return Status::kInvalidConfiguration;
@@ -406,7 +419,7 @@ class Device final : public Backend {
       return Status::kInvalidConfiguration;
     }
     if (p.args_size != 0 && p.args == nullptr) return Status::kInvalidValue;
-    Op op{tag, LaunchOp{fn, p.grid, p.block, ArgBuf(p.args, p.args_size)}};
+    Op op{tag, LaunchOp{fn, missing, p.grid, p.block, ArgBuf(p.args, p.args_size)}};
     std::lock_guard lk(mu_);
     Stream* s = find_stream_locked(stream);
     if (!s) return Status::kInvalidResourceHandle;
@@ -592,12 +605,42 @@ class Device final : public Backend {
       if (!modules_.count(module)) return Status::kInvalidResourceHandle;
     }
     Registry& r = registry();
-    std::shared_lock lk(r.mu);
-    auto it = r.ids.find(name);
-    if (it == r.ids.end()) return Status::kInvalidDeviceFunction;
-    *kernel = it->second;
+    {
+      std::shared_lock lk(r.mu);
+      if (auto it = r.ids.find(name); it != r.ids.end()) {
+        *kernel = it->second;
+        return Status::kSuccess;
+      }
+    }
+    if (module == 0) return Status::kInvalidDeviceFunction;
+    // A loaded module's kernel: it exists on a GPU, so the lookup succeeds, and
+    // without a twin its launches fail (kernel_runnable).
+    std::unique_lock lk(r.mu);
+    if (auto it = r.ids.find(name); it != r.ids.end()) {
+      *kernel = it->second;
+      return Status::kSuccess;
+    }
+    const uint32_t id = r.count.load(std::memory_order_relaxed);
+    if (id >= kMaxKernels) return Status::kLaunchOutOfResources;
+    r.ids.emplace(std::string(name), id);
+    r.missing.emplace(id, std::string(name));
+    r.count.store(id + 1, std::memory_order_release);
+    *kernel = id;
     return Status::kSuccess;
   }
+
+  // The attributes DeviceInfo carries, plus what identifies an H200 to libraries
+  // that pick kernels by chip (docs/CUDA.md, "The sim's device").
+  Status device_attributes(uint32_t first, int32_t* out) override {
+    if (Status s = Backend::device_attributes(first, out); !ok(s)) return s;
+    auto set = [&](uint32_t attr, int32_t v) {
+      if (attr >= first && attr < first + kDeviceAttributesPerCall) out[attr - first] = v;
+    };
+    set(139, int32_t(0x233510DE));  // GPU_PCI_DEVICE_ID: H200 SXM (0x2335), NVIDIA (0x10DE)
+    return Status::kSuccess;
+  }
+
+  bool kernel_runnable(uint32_t kernel) override { return kernel_by_id(kernel) != nullptr; }
 
   // Translates [addr, addr + bytes) (bytes > 0) to host memory if it lies inside
   // one live allocation: kInvalidDevicePointer if addr is in none,
@@ -737,6 +780,14 @@ class Device final : public Backend {
 
   void execute(Op& op) {
     if (auto* l = std::get_if<LaunchOp>(&op.body)) {
+      if (!l->fn) {
+        // In stream order, as a GPU reports an image it cannot run.
+        std::fprintf(stderr,
+                     "ordo-worker (sim): kernel %.*s has no host twin, so the sim cannot run it; the launch fails "
+                     "with cudaErrorNoKernelImageForDevice (add a twin with --sim-kernels, or use --backend cuda)\n",
+                     int(l->missing.size()), l->missing.data());
+        return report(op.tag, Status::kNoKernelImage);
+      }
       KernelContext ctx(*this, l->grid, l->block, l->args.span());
       try {
         l->fn(ctx);
@@ -812,6 +863,7 @@ void register_kernel(std::string_view name, Kernel fn) {
   std::unique_lock lk(r.mu);
   auto it = r.ids.find(name);
   if (it != r.ids.end()) {
+    r.missing.erase(it->second);
     r.fns[it->second].store(fn, std::memory_order_release);
     return;
   }

@@ -73,6 +73,11 @@ Status check_entry(const Entry& e, Path path, const Layout& l, std::string* why)
     case Op::KernelLookup:
       if (e.arg[0] > UINT32_MAX) return bad(why, "module id out of range", Status::kInvalidResourceHandle);
       return Status::kSuccess;
+    case Op::DeviceAttributes:
+      if (e.arg[1] >= kDeviceAttributeCount || e.arg[1] % kDeviceAttributesPerCall)
+        return bad(why, "device attributes from " + std::to_string(e.arg[1]) + ": not a page start below " +
+                            std::to_string(kDeviceAttributeCount));
+      [[fallthrough]];
     case Op::DeviceInfo:
       if (e.arg[0] != 0) return bad(why, "no device " + std::to_string(e.arg[0]) + " (only device 0)", Status::kInvalidDevice);
       return Status::kSuccess;

@@ -507,7 +507,7 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       if (module != 0 && !modules_.count(module)) return reply(s, seq, Status::kInvalidResourceHandle);
       uint32_t id = 0;
       Status st = backend_.kernel_lookup(module, std::string_view(name, strnlen(name, kSlotPayload)), &id);
-      return reply(s, seq, st, id);
+      return reply(s, seq, st, id, ok(st) && !backend_.kernel_runnable(id));
     }
     case Op::ModuleLoad: {
       if (modules_.size() >= kMaxModules) return reply(s, seq, Status::kMemoryAllocation);
@@ -539,6 +539,15 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
         info.name[sizeof(info.name) - 1] = 0;
         std::lock_guard lock(error_mu_);  // the payload is the guest's to read after the reply
         std::memcpy(region_.slot(s).payload, &info, sizeof(info));
+      }
+      return reply(s, seq, st);
+    }
+    case Op::DeviceAttributes: {
+      int32_t attrs[kDeviceAttributesPerCall] = {};
+      const Status st = backend_.device_attributes(uint32_t(e.arg[1]), attrs);
+      if (ok(st)) {
+        std::lock_guard lock(error_mu_);
+        std::memcpy(region_.slot(s).payload, attrs, sizeof attrs);
       }
       return reply(s, seq, st);
     }
