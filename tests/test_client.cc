@@ -111,7 +111,36 @@ TEST(Client, ModulesLoadLookUpAndUnload) {
   EXPECT_EQ(c->kernel_lookup(m, "ordo_fill_u32", &k), Status::kSuccess);
   EXPECT_EQ(c->kernel_lookup("ordo_fill_u32", &k0), Status::kSuccess);
   EXPECT_EQ(k, k0);
-  EXPECT_EQ(c->kernel_lookup(m, "no_such_kernel", &k), Status::kInvalidDeviceFunction);
+  bool runnable = false;
+  EXPECT_EQ(c->kernel_lookup(m, "ordo_fill_u32", &k, &runnable), Status::kSuccess);
+  EXPECT_TRUE(runnable);
+  // The sim cannot read an image: any other name is taken to be one of the
+  // module's kernels that has no host twin. Found, not runnable, and its launch
+  // fails in stream order with cudaErrorNoKernelImageForDevice.
+  uint32_t missing = 0;
+  EXPECT_EQ(c->kernel_lookup(m, "no_such_kernel", &missing, &runnable), Status::kSuccess);
+  EXPECT_FALSE(runnable);
+  EXPECT_EQ(c->kernel_lookup(0, "no_such_kernel_either", &missing), Status::kInvalidDeviceFunction);
+  EXPECT_EQ(c->kernel_lookup(m, "no_such_kernel", &missing), Status::kSuccess);
+  EXPECT_EQ(c->launch(missing, {1, 1, 1}, {1, 1, 1}, nullptr, 0, kLegacyStream), Status::kSuccess);
+  EXPECT_EQ(c->device_synchronize(), Status::kNoKernelImage);
+  EXPECT_EQ(c->device_synchronize(), Status::kSuccess);  // not a fault: the context lives on
+  // A device variable (cudaMemcpyToSymbol, cuBLAS's deviceConstants): the sim
+  // gives it zeroed memory of the size the guest read from the symbol table,
+  // the same address every time, and copies reach it.
+  uint64_t var = 0, var_size = 0, again = 0;
+  EXPECT_EQ(c->module_global(m2, "deviceConstants", 112, &var, &var_size), Status::kSuccess);
+  EXPECT_EQ(var_size, 112u);
+  EXPECT_EQ(c->module_global(m2, "deviceConstants", 0, &again, &var_size), Status::kSuccess);
+  EXPECT_EQ(again, var);
+  EXPECT_EQ(c->module_global(m2, "not_in_the_symbol_table", 0, &again, &var_size), Status::kInvalidDeviceFunction);
+  std::vector<uint8_t> in(112), out(112, 0xff);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = uint8_t(i * 7);
+  EXPECT_EQ(c->memcpy_d2h(out.data(), var, 112), Status::kSuccess);
+  EXPECT_EQ(out, std::vector<uint8_t>(112, 0));
+  EXPECT_EQ(c->memcpy_h2d(var, in.data(), 112), Status::kSuccess);
+  EXPECT_EQ(c->memcpy_d2h(out.data(), var, 112), Status::kSuccess);
+  EXPECT_EQ(out, in);
   EXPECT_EQ(c->module_unload(m), Status::kSuccess);
   EXPECT_EQ(c->kernel_lookup(m, "ordo_fill_u32", &k), Status::kInvalidResourceHandle);
   EXPECT_EQ(c->module_unload(m), Status::kInvalidResourceHandle);

@@ -153,6 +153,13 @@ class Backend {
   // false: the kernel exists in its module but this backend cannot run it (the
   // sim without a host twin); its launches fail with kNoKernelImage in stream order.
   virtual bool kernel_runnable(uint32_t /*kernel*/) { return true; }
+  // Device variable `name` (__device__/__constant__) of a loaded module: its
+  // address and size. `size_hint` is its size in the module's symbol table
+  // (the guest read it), for backends that cannot read the module themselves.
+  virtual Status module_global(uint32_t /*module*/, std::string_view /*name*/, uint64_t /*size_hint*/,
+                               uint64_t* /*addr*/, uint64_t* /*size*/) {
+    return Status::kNotSupported;
+  }
   // The device the backend drives, for cudaGetDeviceProperties and friends.
   virtual Status device_info(DeviceInfo* out) = 0;
   // Attributes [first, first + kDeviceAttributesPerCall); 0 for numbers the device does not know.

@@ -101,6 +101,8 @@ class Client {
   // Ships a module image (fatbin or cubin) to the worker through the pinned heap.
   Status module_load(const void* image, uint64_t size, uint32_t* module);
   Status module_unload(uint32_t module);  // waits for all work first
+  // A device variable of a loaded module; `size_hint` is its size in the module's symbol table.
+  Status module_global(uint32_t module, const std::string& name, uint64_t size_hint, uint64_t* addr, uint64_t* size);
   Status device_info(DeviceInfo* out);
   // Device attributes first.. (kDeviceAttributesPerCall of them, by CUdevice_attribute number).
   Status device_attributes(uint32_t first, int32_t* out);

@@ -149,6 +149,9 @@ class Worker {
   std::vector<EventState> events_;
   std::vector<uint32_t> free_events_;
   std::map<uint64_t, uint64_t> allocations_;  // device address -> size, this guest's only
+  // Device variables of this guest's modules: address -> (size, module). Copies
+  // may target them; Free may not.
+  std::map<uint64_t, std::pair<uint64_t, uint32_t>> globals_;
   std::set<uint32_t> modules_;                // module ids loaded by this guest
   uint32_t next_module_ = 1;                  // 0 means "no module" in KernelLookup
   uint64_t slot_doorbell_seen_ = 0;

@@ -1025,6 +1025,17 @@ Status Client::module_unload(uint32_t module) {
   return finish(t, call(e));
 }
 
+Status Client::module_global(uint32_t module, const std::string& name, uint64_t size_hint, uint64_t* addr,
+                             uint64_t* size) {
+  ThreadState& t = thread();
+  if (!addr || !size || name.empty() || name.size() >= kSlotPayload) return finish_own(t, Status::kInvalidValue);
+  Entry e{};
+  e.op = uint16_t(Op::ModuleGlobal);
+  e.arg[0] = module;
+  e.arg[1] = size_hint;
+  return finish_own(t, call(e, addr, size, &name));
+}
+
 Status Client::fetch_device_info(DeviceInfo* out) {
   Entry e{};
   e.op = uint16_t(Op::DeviceInfo);

@@ -149,6 +149,7 @@ struct Driver {
   PFN_cuModuleLoadData_v2000 module_load_data = nullptr;
   PFN_cuModuleUnload_v2000 module_unload = nullptr;
   PFN_cuModuleGetFunction_v2000 module_get_function = nullptr;
+  PFN_cuModuleGetGlobal_v3020 module_get_global = nullptr;
   PFN_cuLaunchKernel_v4000 launch_kernel = nullptr;
   PFN_cuCtxGetCurrent_v4000 ctx_get_current = nullptr;
   PFN_cuCtxSetCurrent_v4000 ctx_set_current = nullptr;
@@ -177,6 +178,7 @@ struct Driver {
     return get("cuModuleLoadData", 12000, &module_load_data, true, error) &&
            get("cuModuleUnload", 12000, &module_unload, true, error) &&
            get("cuModuleGetFunction", 12000, &module_get_function, true, error) &&
+           get("cuModuleGetGlobal", 12000, &module_get_global, true, error) &&
            get("cuLaunchKernel", 12000, &launch_kernel, true, error) &&
            get("cuCtxGetCurrent", 12000, &ctx_get_current, true, error) &&
            get("cuCtxSetCurrent", 12000, &ctx_set_current, true, error) &&
@@ -463,6 +465,22 @@ class CudaBackend final : public Backend {
     }
     kernel_ids_.erase(first, last);
     return to_status(drv_.module_unload(mod));
+  }
+
+  Status module_global(uint32_t module, std::string_view name, uint64_t, uint64_t* addr, uint64_t* size) override {
+    if (name.empty() || name.find('\0') != std::string_view::npos) return Status::kInvalidValue;
+    ensure_context();
+    std::lock_guard lk(mu_);
+    auto mit = modules_.find(module);
+    if (mit == modules_.end()) return Status::kInvalidResourceHandle;
+    CUdeviceptr p = 0;
+    size_t n = 0;
+    const CUresult r = drv_.module_get_global(&p, &n, mit->second, std::string(name).c_str());
+    if (r == CUDA_ERROR_NOT_FOUND) return Status::kInvalidDeviceFunction;
+    if (r != CUDA_SUCCESS) return Status::kInvalidValue;
+    *addr = p;
+    *size = n;
+    return Status::kSuccess;
   }
 
   Status kernel_lookup(uint32_t module, std::string_view name, uint32_t* kernel) override {

@@ -588,8 +588,36 @@ class Device final : public Backend {
   }
 
   Status module_unload(uint32_t module) override {
+    std::vector<uint64_t> dead;
+    {
+      std::lock_guard lk(modules_mu_);
+      if (!modules_.erase(module)) return Status::kInvalidResourceHandle;
+      for (auto it = globals_.lower_bound({module, {}}); it != globals_.end() && it->first.first == module;) {
+        dead.push_back(it->second.first);
+        it = globals_.erase(it);
+      }
+    }
+    for (uint64_t a : dead) free(a);
+    return Status::kSuccess;
+  }
+
+  // The sim cannot read the image's initial values: a device variable starts
+  // zeroed, in memory of its own, for the module's lifetime.
+  Status module_global(uint32_t module, std::string_view name, uint64_t size_hint, uint64_t* addr,
+                       uint64_t* size) override {
     std::lock_guard lk(modules_mu_);
-    return modules_.erase(module) ? Status::kSuccess : Status::kInvalidResourceHandle;
+    if (!modules_.count(module)) return Status::kInvalidResourceHandle;
+    std::pair<uint32_t, std::string> key{module, std::string(name)};
+    if (auto it = globals_.find(key); it != globals_.end()) {
+      *addr = it->second.first;
+      *size = it->second.second;
+      return Status::kSuccess;
+    }
+    if (size_hint == 0) return Status::kInvalidDeviceFunction;  // not a variable of this module
+    if (Status s = malloc(size_hint, addr); !ok(s)) return s;
+    *size = size_hint;
+    globals_.emplace(std::move(key), std::make_pair(*addr, size_hint));
+    return Status::kSuccess;
   }
 
   Status device_info(DeviceInfo* out) override {
@@ -841,6 +869,7 @@ class Device final : public Backend {
 
   std::mutex modules_mu_;
   std::set<uint32_t> modules_;  // guarded by modules_mu_
+  std::map<std::pair<uint32_t, std::string>, std::pair<uint64_t, uint64_t>> globals_;  // (module, name) -> (addr, size)
 };
 
 // ---------------------------------------------------------------- public API

@@ -69,6 +69,9 @@ Status check_entry(const Entry& e, Path path, const Layout& l, std::string* why)
                             std::to_string(kMaxModuleImage));
       if (!range_ok(e.arg[0], e.arg[1], l.heap_size)) return bad(why, "module image outside the pinned heap");
       return Status::kSuccess;
+    case Op::ModuleGlobal:
+      if (e.arg[1] > kMaxModuleImage) return bad(why, "device variable larger than any module image");
+      [[fallthrough]];
     case Op::ModuleUnload:
     case Op::KernelLookup:
       if (e.arg[0] > UINT32_MAX) return bad(why, "module id out of range", Status::kInvalidResourceHandle);

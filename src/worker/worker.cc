@@ -266,11 +266,15 @@ bool Worker::poll_ring(uint32_t r) {
 }
 
 Status Worker::check_device_range(uint64_t addr, uint64_t size) const {
-  auto it = allocations_.upper_bound(addr);
-  if (it == allocations_.begin()) return Status::kInvalidDevicePointer;
-  --it;
-  if (!range_ok(addr - it->first, size, it->second)) return Status::kInvalidDevicePointer;
-  return Status::kSuccess;
+  if (auto it = allocations_.upper_bound(addr); it != allocations_.begin()) {
+    --it;
+    if (range_ok(addr - it->first, size, it->second)) return Status::kSuccess;
+  }
+  if (auto it = globals_.upper_bound(addr); it != globals_.begin()) {
+    --it;
+    if (range_ok(addr - it->first, size, it->second.first)) return Status::kSuccess;
+  }
+  return Status::kInvalidDevicePointer;
 }
 
 Status Worker::resolve(MemKind kind, uint32_t ring, uint64_t addr, uint64_t size, MemOperand* out) {
@@ -509,6 +513,18 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       Status st = backend_.kernel_lookup(module, std::string_view(name, strnlen(name, kSlotPayload)), &id);
       return reply(s, seq, st, id, ok(st) && !backend_.kernel_runnable(id));
     }
+    case Op::ModuleGlobal: {
+      char name[kSlotPayload + 1];
+      std::memcpy(name, region_.slot(s).payload, kSlotPayload);
+      name[kSlotPayload] = 0;
+      const uint32_t module = uint32_t(e.arg[0]);
+      if (!modules_.count(module)) return reply(s, seq, Status::kInvalidResourceHandle);
+      uint64_t addr = 0, size = 0;
+      const Status st =
+          backend_.module_global(module, std::string_view(name, strnlen(name, kSlotPayload)), e.arg[1], &addr, &size);
+      if (ok(st) && size) globals_[addr] = {size, module};
+      return reply(s, seq, st, addr, size);
+    }
     case Op::ModuleLoad: {
       if (modules_.size() >= kMaxModules) return reply(s, seq, Status::kMemoryAllocation);
       // check_entry bounded the range to the pinned heap. Copy it out: the guest
@@ -530,6 +546,7 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
     case Op::ModuleUnload: {
       const uint32_t module = uint32_t(e.arg[0]);
       if (!modules_.erase(module)) return reply(s, seq, Status::kInvalidResourceHandle);
+      std::erase_if(globals_, [module](const auto& g) { return g.second.second == module; });
       return reply(s, seq, backend_.module_unload(module));
     }
     case Op::DeviceInfo: {
@@ -698,6 +715,7 @@ void Worker::reset_session() {
   modules_.clear();
   for (auto& [addr, size] : allocations_) backend_.free(addr);
   allocations_.clear();
+  globals_.clear();
   counters_.allocations.store(0, std::memory_order_relaxed);
   events_.clear();
   free_events_.clear();

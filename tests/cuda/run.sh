@@ -5,13 +5,17 @@
 #
 #   run.sh MODE WORKER SHIM_DIR TWINS PROGRAM [ARGS...]
 #
+# SHIM_DIR: the directories (colon-separated) the program loads ordo's library
+# from: libcudart.so.13's (the runtime shim) or libcuda.so.1's (the driver, with
+# the real libcudart beside it for -cudart shared programs).
+#
 # MODE:
 #   pass        the program must exit 0
 #   ordered     the seed scenario under --chaos: never a violation, over several runs
 #   unordered   the seed scenario with ordering off (--unordered, ORDO_UNORDERED=1)
 #               and --chaos: must show a violation in at least one run, or the
 #               ordered runs prove nothing
-#   unsupported the program must pass and each unsupported API must be named once on stderr
+#   unsupported the program must pass and each API in $UNSUPPORTED must be named once on stderr
 #   real        the real libcudart (no GPU here): must fail cleanly with error 35
 #   abi         ld.so loads the shim with no version warning, and nm -D shows the version node
 #   noworker    ORDO_REGION names no serving worker: a clear message and error 46/3
@@ -44,7 +48,9 @@ start_worker() {
 
 # A sanitizer build of the shim inside an uninstrumented nvcc program: the
 # sanitizer runtime has to be loaded first.
-preload=$(ldd "$shim/libcudart.so.13" | awk '/lib(asan|ubsan|tsan)\.so/ {print $3}' | tr '\n' ':')
+lib=${shim%%:*}/libcudart.so.13
+[ -e "$lib" ] || lib=${shim%%:*}/libcuda.so.1
+preload=$(ldd "$lib" | awk '/lib(asan|ubsan|tsan)\.so/ {print $3}' | sort -u | tr '\n' ':')
 
 run_prog() {  # run_prog [ENV=V...] ARGS: runs the program through the shim, output to $log
   env ORDO_REGION="$region" LD_LIBRARY_PATH="$shim" LD_PRELOAD="$preload" "$@" >"$log" 2>&1
@@ -88,7 +94,7 @@ case $mode in
     rc=$?
     cat "$log"
     [ $rc -eq 0 ] || exit 1
-    for api in cudaGraphCreate cudaFuncGetAttributes cudaMallocManaged; do
+    for api in ${UNSUPPORTED:-cudaGraphCreate cudaMallocArray cudaMallocManaged}; do
       n=$(grep -c "^ordo: $api is not supported by the ordo guest library$" "$log")
       [ "$n" -eq 1 ] || { echo "expected one 'not supported' line for $api, got $n"; exit 1; }
     done

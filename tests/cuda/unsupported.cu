@@ -12,9 +12,10 @@ int main() {
   cudaError_t e = cudaGraphCreate(&graph, 0);
   std::printf("cudaGraphCreate -> %d (%s)\n", int(e), cudaGetErrorName(e));
   failures += e != cudaErrorNotSupported;
-  cudaFuncAttributes fa;
+  cudaArray_t array;
+  const cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
   for (int i = 0; i < 3; ++i) {  // logged once
-    e = cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(touch));
+    e = cudaMallocArray(&array, &desc, 16, 16);
     failures += e != cudaErrorNotSupported;
   }
   void* managed = nullptr;

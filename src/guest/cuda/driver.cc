@@ -301,6 +301,8 @@ struct Module {
   uint32_t id = 0;  // the worker's module id
   uint64_t key = 0;
   KernelLayouts layouts;
+  ordo::cudart::GlobalSizes global_sizes;
+  std::map<std::string, std::pair<uint64_t, uint64_t>, std::less<>> globals;  // resolved: name -> (addr, size)
   std::string parse_error;
   std::mutex mu;
   std::map<std::string, std::unique_ptr<Function>, std::less<>> functions;
@@ -406,8 +408,8 @@ CUresult load_module(const void* image, Module** out) {
   if (CUresult e = size_image(image, &data, &size, &kind); e != CUDA_SUCCESS) return e;
   auto m = std::make_unique<Module>();
   const std::span<const std::byte> bytes(data, size);
-  bool parsed = kind == 0 ? ordo::cudart::parse_fatbin(bytes, &m->layouts, &m->parse_error)
-              : kind == 1 ? ordo::cudart::parse_cubin(bytes, &m->layouts, &m->parse_error)
+  bool parsed = kind == 0 ? ordo::cudart::parse_fatbin(bytes, &m->layouts, &m->parse_error, &m->global_sizes)
+              : kind == 1 ? ordo::cudart::parse_cubin(bytes, &m->layouts, &m->parse_error, &m->global_sizes)
                           : ordo::cudart::parse_ptx({reinterpret_cast<const char*>(data), size - 1}, &m->layouts,
                                                     &m->parse_error);
   (void)parsed;  // kernels without a layout fail when fetched, naming themselves
@@ -454,6 +456,8 @@ CUresult unload_module(Module* m) {
     }
     // Functions stay valid as handles that fail (the module's memory is kept).
     for (auto& [n, f] : m->functions) std::erase(ms.functions, f.get());
+    if (drop)
+      for (auto& [n, g] : m->globals) device_allocs().erase(g.first);
     ms.live.erase(it);  // m is gone from here on
   }
   return drop ? to_cu(c->module_unload(drop)) : CUDA_SUCCESS;
@@ -479,6 +483,25 @@ CUresult get_function(Module* m, const char* name, Function** out) {
   std::lock_guard lk(ms.mu);
   ms.functions.push_back(raw);
   *out = raw;
+  return CUDA_SUCCESS;
+}
+
+CUresult get_global(Module* m, const char* name, CUdeviceptr* addr, size_t* size) {
+  CLIENT(c);
+  if (!m) return CUDA_ERROR_INVALID_HANDLE;
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(m->mu);
+  auto it = m->globals.find(std::string_view(name));
+  if (it == m->globals.end()) {
+    auto sz = m->global_sizes.find(std::string_view(name));
+    uint64_t a = 0, n = 0;
+    const Status s = c->module_global(m->id, name, sz == m->global_sizes.end() ? 0 : sz->second, &a, &n);
+    if (!ok(s)) return to_cu(s);
+    device_allocs().add(a, n);  // cuMemcpy with unified addressing sees it as device memory
+    it = m->globals.emplace(name, std::make_pair(a, n)).first;
+  }
+  if (addr) *addr = it->second.first;
+  if (size) *size = it->second.second;
   return CUDA_SUCCESS;
 }
 
@@ -1687,6 +1710,13 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction* out, CUmodule m, const char* na
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr* addr, size_t* size, CUmodule m, const char* name) {
+  return get_global(module_of(m), name, addr, size);
+}
+CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr* addr, size_t* size, CUlibrary lib, const char* name) {
+  return get_global(module_of(lib), name, addr, size);
+}
+
 CUresult CUDAAPI cuLibraryLoadData(CUlibrary* out, const void* image, CUjit_option*, void**, unsigned int,
                                    CUlibraryOption*, void**, unsigned int) {
   // Options: JIT options (host-side) and CU_LIBRARY_BINARY_IS_PRESERVED (the
@@ -1853,6 +1883,24 @@ CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* smem, CUfunctio
   DEVICE(d);
   *smem = std::min<size_t>(size_t(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR]) / size_t(blocks),
                            size_t(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN]));
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CUfunction fn, const CUlaunchConfig* config) {
+  if (!clusters || !config) return CUDA_ERROR_INVALID_VALUE;
+  unsigned size = 1;
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      const auto& d = config->attrs[i].value.clusterDim;
+      size = std::max(1u, d.x) * std::max(1u, d.y) * std::max(1u, d.z);
+    }
+  int per_sm = 0;
+  const int threads = int(config->blockDimX * config->blockDimY * config->blockDimZ);
+  if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&per_sm, fn, threads, config->sharedMemBytes, 0);
+      e != CUDA_SUCCESS)
+    return e;
+  DEVICE(d);
+  *clusters = int(int64_t{per_sm} * d->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] / size);
   return CUDA_SUCCESS;
 }
 

@@ -126,7 +126,7 @@ bool parse_nv_info(std::span<const std::byte> b, KernelLayout* k) {
 }
 
 bool parse_fatbin_body(std::span<const std::byte> image, KernelLayouts* cubin, KernelLayouts* ptx,
-                       std::string* error) {
+                       std::string* error, GlobalSizes* globals) {
   uint32_t magic;
   uint16_t version, header_size;
   uint64_t body;
@@ -167,7 +167,7 @@ bool parse_fatbin_body(std::span<const std::byte> image, KernelLayouts* cubin, K
     }
     std::string e;
     const bool ok = kind == kKindElf
-                        ? parse_cubin(payload, cubin, &e)
+                        ? parse_cubin(payload, cubin, &e, globals)
                         : parse_ptx(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()),
                                     ptx, &e);
     if (!ok && first_error.empty()) first_error = e;
@@ -194,7 +194,7 @@ uint64_t fatbin_size(const void* data) {
   return header_size + body;
 }
 
-bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string* error) {
+bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string* error, GlobalSizes* globals) {
   static constexpr unsigned char kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
   if (elf.size() < 64 || std::memcmp(elf.data(), kElfMagic, 4) != 0 || uint8_t(elf[4]) != 2 ||
       uint8_t(elf[5]) != 1) {
@@ -214,6 +214,7 @@ bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string
   struct Section {
     uint32_t name, type;
     uint64_t offset, size;
+    uint32_t link;
   };
   auto section = [&](uint32_t i) {
     Section s{};
@@ -222,8 +223,10 @@ bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string
     read(elf, h + 4, &s.type);
     read(elf, h + 24, &s.offset);
     read(elf, h + 32, &s.size);
+    read(elf, h + 40, &s.link);
     return s;
   };
+  auto inside = [&](const Section& s) { return s.offset <= elf.size() && s.size <= elf.size() - s.offset; };
   const Section strtab = section(shstrndx);
   if (strtab.offset > elf.size() || strtab.size > elf.size() - strtab.offset) {
     *error = "cubin section names run past the image";
@@ -247,6 +250,24 @@ bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string
       return false;
     }
     out->emplace(std::string(name.substr(kPrefix.size())), std::move(k));
+  }
+  for (uint32_t i = 0; globals && i < shnum; ++i) {
+    const Section s = section(i);
+    if (s.type != 2 /* SHT_SYMTAB */ || !inside(s) || s.link >= shnum) continue;
+    const Section str = section(s.link);
+    if (!inside(str)) continue;
+    const std::string_view symnames(reinterpret_cast<const char*>(elf.data() + str.offset), str.size);
+    for (uint64_t off = s.offset; off + 24 <= s.offset + s.size; off += 24) {  // Elf64_Sym
+      uint32_t name = 0;
+      uint8_t info = 0;
+      uint64_t size = 0;
+      read(elf, off, &name);
+      read(elf, off + 4, &info);
+      read(elf, off + 16, &size);
+      if ((info & 0xf) != 1 /* STT_OBJECT */ || name >= symnames.size()) continue;
+      std::string_view n = symnames.substr(name);
+      globals->emplace(std::string(n.substr(0, n.find('\0'))), size);
+    }
   }
   return true;
 }
@@ -331,9 +352,9 @@ bool parse_ptx(std::string_view ptx, KernelLayouts* out, std::string* error) {
   return true;
 }
 
-bool parse_fatbin(std::span<const std::byte> image, KernelLayouts* out, std::string* error) {
+bool parse_fatbin(std::span<const std::byte> image, KernelLayouts* out, std::string* error, GlobalSizes* globals) {
   KernelLayouts cubin, ptx;
-  if (!parse_fatbin_body(image, &cubin, &ptx, error)) return false;
+  if (!parse_fatbin_body(image, &cubin, &ptx, error, globals)) return false;
   for (auto& [name, k] : ptx) cubin.emplace(name, std::move(k));  // keeps the cubin's where both exist
   out->merge(cubin);
   return true;

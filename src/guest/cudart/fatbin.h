@@ -47,6 +47,9 @@ struct KernelLayout {
 };
 
 using KernelLayouts = std::map<std::string, KernelLayout, std::less<>>;
+// Device variables (__device__, __constant__) of the cubins by name: their sizes,
+// from the ELF symbol table (STT_OBJECT), for cuModuleGetGlobal.
+using GlobalSizes = std::map<std::string, uint64_t, std::less<>>;
 
 // Total size of the fatbin starting at `data` (header included), or 0 if it
 // does not start with a fatbin header or claims an absurd size.
@@ -55,10 +58,12 @@ uint64_t fatbin_size(const void* data);
 // Parses every kernel's parameter layout out of the fatbin `image`. Kernels found
 // in any cubin win over PTX. Returns false with a message when no layout at all
 // could be read (e.g. only compressed images and no libzstd).
-bool parse_fatbin(std::span<const std::byte> image, KernelLayouts* out, std::string* error);
+bool parse_fatbin(std::span<const std::byte> image, KernelLayouts* out, std::string* error,
+                  GlobalSizes* globals = nullptr);
 
 // The pieces, for tests.
-bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string* error);
+bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string* error,
+                 GlobalSizes* globals = nullptr);
 bool parse_ptx(std::string_view ptx, KernelLayouts* out, std::string* error);
 
 }  // namespace ordo::cudart
