@@ -19,9 +19,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "dark_api.h"
@@ -296,23 +298,32 @@ struct Function {
   std::atomic<int> max_dynamic_smem{48 * 1024};
 };
 
+// An image as the worker holds it, shared by every module loaded from the same
+// bytes: it goes to the worker once, and its device variables have one address.
+struct Image {
+  uint32_t id = 0;  // the worker's module id
+  int refs = 0;
+  std::map<std::string, std::pair<uint64_t, uint64_t>, std::less<>> globals;  // resolved: name -> (addr, size)
+};
+
 // One loaded image: CUmodule and CUlibrary are both this.
 struct Module {
-  uint32_t id = 0;  // the worker's module id
-  uint64_t key = 0;
+  uint64_t key = 0;  // of its Image
+  uint32_t id = 0;   // the worker's module id
   KernelLayouts layouts;
   ordo::cudart::GlobalSizes global_sizes;
-  std::map<std::string, std::pair<uint64_t, uint64_t>, std::less<>> globals;  // resolved: name -> (addr, size)
   std::string parse_error;
   std::mutex mu;
   std::map<std::string, std::unique_ptr<Function>, std::less<>> functions;
 };
 
+// Handles are checked on every launch: hash lookups under a shared lock.
 struct Modules {
-  std::mutex mu;
-  std::vector<std::unique_ptr<Module>> live;
-  std::unordered_map<uint64_t, std::pair<uint32_t, int>> images;  // content hash -> (worker id, refs)
-  std::vector<Function*> functions;                                 // every function handed out
+  std::shared_mutex mu;
+  std::unordered_map<const void*, std::unique_ptr<Module>> live;
+  std::unordered_set<const void*> functions;  // every function of a live module handed out
+  std::unordered_map<uint64_t, Image> images;  // content hash -> image; guarded by load_mu
+  std::mutex load_mu;  // loads, unloads and variable lookups one at a time: an image is shipped once
 };
 Modules& modules() {
   static auto* m = new Modules;
@@ -321,18 +332,15 @@ Modules& modules() {
 
 Module* module_of(const void* h) {
   Modules& m = modules();
-  std::lock_guard lock(m.mu);
-  for (auto& p : m.live)
-    if (p.get() == h) return p.get();
-  return nullptr;
+  std::shared_lock lock(m.mu);
+  auto it = m.live.find(h);
+  return it == m.live.end() ? nullptr : it->second.get();
 }
 
 Function* function_of(const void* h) {
   Modules& m = modules();
-  std::lock_guard lock(m.mu);
-  for (Function* f : m.functions)
-    if (f == h) return f;
-  return nullptr;
+  std::shared_lock lock(m.mu);
+  return m.functions.count(h) ? static_cast<Function*>(const_cast<void*>(h)) : nullptr;
 }
 
 struct ElfHeader {
@@ -415,15 +423,12 @@ CUresult load_module(const void* image, Module** out) {
   (void)parsed;  // kernels without a layout fail when fetched, naming themselves
   m->key = hash_image(data, size);
   Modules& ms = modules();
-  {
-    std::lock_guard lock(ms.mu);
-    if (auto it = ms.images.find(m->key); it != ms.images.end()) {
-      m->id = it->second.first;  // each image goes to the worker once
-      ++it->second.second;
-    }
-  }
-  if (!m->id) {
-    const Status s = c->module_load(data, size, &m->id);
+  std::lock_guard load(ms.load_mu);
+  Image* img = nullptr;
+  if (auto it = ms.images.find(m->key); it != ms.images.end()) img = &it->second;
+  if (!img) {
+    uint32_t id = 0;
+    const Status s = c->module_load(data, size, &id);
     if (!ok(s)) {
       if (s == Status::kMemoryAllocation)
         std::fprintf(stderr,
@@ -432,32 +437,35 @@ CUresult load_module(const void* image, Module** out) {
                      (unsigned long long)size);
       return to_cu(s);
     }
-    std::lock_guard lock(ms.mu);
-    ms.images[m->key] = {m->id, 1};
+    img = &ms.images[m->key];
+    img->id = id;
   }
-  std::lock_guard lock(ms.mu);
-  ms.live.push_back(std::move(m));
-  *out = ms.live.back().get();
+  ++img->refs;
+  m->id = img->id;
+  std::unique_lock lock(ms.mu);
+  Module* raw = m.get();
+  ms.live.emplace(raw, std::move(m));
+  *out = raw;
   return CUDA_SUCCESS;
 }
 
 CUresult unload_module(Module* m) {
   CLIENT(c);
   Modules& ms = modules();
+  std::lock_guard load(ms.load_mu);
   uint32_t drop = 0;
   {
-    std::lock_guard lock(ms.mu);
-    auto it = std::find_if(ms.live.begin(), ms.live.end(), [m](auto& p) { return p.get() == m; });
+    std::unique_lock lock(ms.mu);
+    auto it = ms.live.find(m);
     if (it == ms.live.end()) return CUDA_ERROR_INVALID_HANDLE;
+    // Its functions' handles now fail the check instead of reaching freed memory.
+    for (auto& [n, f] : m->functions) ms.functions.erase(f.get());
     auto img = ms.images.find(m->key);
-    if (img != ms.images.end() && --img->second.second == 0) {
-      drop = img->second.first;
+    if (img != ms.images.end() && --img->second.refs == 0) {
+      drop = img->second.id;
+      for (auto& [n, g] : img->second.globals) device_allocs().erase(g.first);
       ms.images.erase(img);
     }
-    // Functions stay valid as handles that fail (the module's memory is kept).
-    for (auto& [n, f] : m->functions) std::erase(ms.functions, f.get());
-    if (drop)
-      for (auto& [n, g] : m->globals) device_allocs().erase(g.first);
     ms.live.erase(it);  // m is gone from here on
   }
   return drop ? to_cu(c->module_unload(drop)) : CUDA_SUCCESS;
@@ -480,8 +488,8 @@ CUresult get_function(Module* m, const char* name, Function** out) {
   Function* raw = f.get();
   m->functions.emplace(f->name, std::move(f));
   Modules& ms = modules();
-  std::lock_guard lk(ms.mu);
-  ms.functions.push_back(raw);
+  std::unique_lock lk(ms.mu);
+  ms.functions.insert(raw);
   *out = raw;
   return CUDA_SUCCESS;
 }
@@ -490,15 +498,17 @@ CUresult get_global(Module* m, const char* name, CUdeviceptr* addr, size_t* size
   CLIENT(c);
   if (!m) return CUDA_ERROR_INVALID_HANDLE;
   if (!name) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lock(m->mu);
-  auto it = m->globals.find(std::string_view(name));
-  if (it == m->globals.end()) {
+  Modules& ms = modules();
+  std::lock_guard load(ms.load_mu);  // keeps the image loaded while its variable is resolved
+  Image& img = ms.images.at(m->key);
+  auto it = img.globals.find(std::string_view(name));
+  if (it == img.globals.end()) {
     auto sz = m->global_sizes.find(std::string_view(name));
     uint64_t a = 0, n = 0;
     const Status s = c->module_global(m->id, name, sz == m->global_sizes.end() ? 0 : sz->second, &a, &n);
     if (!ok(s)) return to_cu(s);
     device_allocs().add(a, n);  // cuMemcpy with unified addressing sees it as device memory
-    it = m->globals.emplace(name, std::make_pair(a, n)).first;
+    it = img.globals.emplace(name, std::make_pair(a, n)).first;
   }
   if (addr) *addr = it->second.first;
   if (size) *size = it->second.second;
@@ -514,8 +524,7 @@ CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stre
   STREAM(c, stream, per_thread, s);
   const void* buf = nullptr;
   uint64_t size = 0;
-  std::byte small[256];
-  std::vector<std::byte> big;
+  ordo::cudart::ParamBuffer packed;
   if (extra) {
     // {CU_LAUNCH_PARAM_BUFFER_POINTER, p, CU_LAUNCH_PARAM_BUFFER_SIZE, &n, CU_LAUNCH_PARAM_END}: already packed.
     for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
@@ -530,22 +539,13 @@ CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stre
                    f->name.c_str(), f->module->parse_error.empty() ? "" : ": ", f->module->parse_error.c_str());
       return CUDA_ERROR_INVALID_IMAGE;
     }
-    const KernelLayout& l = *f->layout;
-    if (!l.params.empty() && !params) return CUDA_ERROR_INVALID_VALUE;
-    if (l.size > ordo::cudart::kMaxParamBytes) return CUDA_ERROR_INVALID_IMAGE;
-    std::byte* p = small;
-    if (l.size > sizeof small) {
-      big.resize(l.size);
-      p = big.data();
+    switch (ordo::cudart::pack_params(*f->layout, params, &packed)) {
+      case ordo::cudart::PackError::kNone: break;
+      case ordo::cudart::PackError::kMissingArgument: return CUDA_ERROR_INVALID_VALUE;
+      case ordo::cudart::PackError::kBadLayout: return CUDA_ERROR_INVALID_IMAGE;
     }
-    std::memset(p, 0, l.size);
-    for (size_t i = 0; i < l.params.size(); ++i) {
-      if (uint64_t{l.params[i].offset} + l.params[i].size > l.size) return CUDA_ERROR_INVALID_IMAGE;
-      if (!params[i]) return CUDA_ERROR_INVALID_VALUE;
-      std::memcpy(p + l.params[i].offset, params[i], l.params[i].size);
-    }
-    buf = p;
-    size = l.size;
+    buf = packed.data();
+    size = packed.size();
   }
   if (size > ordo::cudart::kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
   if (smem > unsigned(f->max_dynamic_smem.load(std::memory_order_relaxed)) && smem > 48 * 1024)

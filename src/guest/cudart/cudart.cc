@@ -245,26 +245,14 @@ cudaError_t launch(Kernel* k, dim3 grid, dim3 block, void** args, size_t shared_
   if (cudaError_t e = resolve(c, k); e != cudaSuccess) return ret(e);
   STREAM(c, stream, per_thread, s);
   if (shared_mem > UINT32_MAX) return ret(cudaErrorInvalidValue);
-  const KernelLayout& l = *k->layout;
-  if (!l.params.empty() && !args) return ret(cudaErrorInvalidValue);
-  if (l.size > ordo::cudart::kMaxParamBytes) return ret(cudaErrorInvalidKernelImage);
-  for (const auto& p : l.params)  // the layout comes from the program's fatbin: check, don't trust
-    if (uint64_t{p.offset} + p.size > l.size) return ret(cudaErrorInvalidKernelImage);
-  // The packed parameter buffer (backend.h): each argument at its offset.
-  std::byte small[256];
-  std::vector<std::byte> big;
-  std::byte* buf = small;
-  if (l.size > sizeof small) {
-    big.resize(l.size);
-    buf = big.data();
+  ordo::cudart::ParamBuffer buf;
+  switch (ordo::cudart::pack_params(*k->layout, args, &buf)) {
+    case ordo::cudart::PackError::kNone: break;
+    case ordo::cudart::PackError::kMissingArgument: return ret(cudaErrorInvalidValue);
+    case ordo::cudart::PackError::kBadLayout: return ret(cudaErrorInvalidKernelImage);
   }
-  std::memset(buf, 0, l.size);
-  for (size_t i = 0; i < l.params.size(); ++i) {
-    if (!args[i]) return ret(cudaErrorInvalidValue);
-    std::memcpy(buf + l.params[i].offset, args[i], l.params[i].size);
-  }
-  return ret(c->launch(k->id, {grid.x, grid.y, grid.z}, {block.x, block.y, block.z}, buf, l.size, s,
-                       uint32_t(shared_mem)));
+  return ret(c->launch(k->id, {grid.x, grid.y, grid.z}, {block.x, block.y, block.z}, buf.data(), uint32_t(buf.size()),
+                       s, uint32_t(shared_mem)));
 }
 
 // ---------------------------------------------------------------- copies

@@ -181,6 +181,18 @@ bool parse_fatbin_body(std::span<const std::byte> image, KernelLayouts* cubin, K
 
 }  // namespace
 
+PackError pack_params(const KernelLayout& l, void* const* args, ParamBuffer* out) {
+  if (!l.params.empty() && !args) return PackError::kMissingArgument;
+  if (l.size > kMaxParamBytes) return PackError::kBadLayout;
+  for (const KernelParam& p : l.params)
+    if (uint64_t{p.offset} + p.size > l.size) return PackError::kBadLayout;
+  for (size_t i = 0; i < l.params.size(); ++i)
+    if (!args[i]) return PackError::kMissingArgument;
+  out->assign(l.size, std::byte{0});
+  for (size_t i = 0; i < l.params.size(); ++i) std::memcpy(out->data() + l.params[i].offset, args[i], l.params[i].size);
+  return PackError::kNone;
+}
+
 uint64_t fatbin_size(const void* data) {
   if (!data) return 0;
   uint32_t magic;

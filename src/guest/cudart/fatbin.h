@@ -19,6 +19,7 @@
 // run time when present.
 #pragma once
 
+#include <boost/container/small_vector.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -50,6 +51,16 @@ using KernelLayouts = std::map<std::string, KernelLayout, std::less<>>;
 // Device variables (__device__, __constant__) of the cubins by name: their sizes,
 // from the ELF symbol table (STT_OBJECT), for cuModuleGetGlobal.
 using GlobalSizes = std::map<std::string, uint64_t, std::less<>>;
+
+// The packed parameter buffer of one launch (backend.h). Most kernels' fit the
+// inline bytes, so a launch allocates nothing.
+using ParamBuffer = boost::container::small_vector<std::byte, 256>;
+enum class PackError { kNone, kMissingArgument, kBadLayout };
+
+// Copies the arguments a launch hands over (one pointer per parameter) to
+// their offsets in `out` (layout.size bytes, gaps zeroed). The layout comes from
+// the program's image: checked (kBadLayout), not trusted.
+PackError pack_params(const KernelLayout& layout, void* const* args, ParamBuffer* out);
 
 // Total size of the fatbin starting at `data` (header included), or 0 if it
 // does not start with a fatbin header or claims an absurd size.
