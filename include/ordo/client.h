@@ -58,6 +58,12 @@ class Client {
   static std::unique_ptr<Client> attach(const std::string& path, std::string* error, ClientOptions options = {});
   // Attaches to $ORDO_REGION.
   static std::unique_ptr<Client> attach_from_env(std::string* error, ClientOptions options = {});
+  // attach_from_env for the CUDA stand-in libraries: on failure says on stderr
+  // what is wrong and what to do, naming `library` ("libcuda.so.1 is ordo's
+  // guest driver"), and sets *status to what every CUDA call will answer:
+  // kInitializationError (ORDO_REGION unset or not an ordo region) or
+  // kDevicesUnavailable (no live worker serves it).
+  static std::unique_ptr<Client> attach_for_cuda(std::string_view library, Status* status);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

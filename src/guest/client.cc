@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <boost/interprocess/managed_external_buffer.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -255,6 +256,21 @@ std::unique_ptr<Client> Client::attach_from_env(std::string* error, ClientOption
     return nullptr;
   }
   return attach(p, error, options);
+}
+
+std::unique_ptr<Client> Client::attach_for_cuda(std::string_view library, Status* status) {
+  std::string err;
+  auto c = attach_from_env(&err);
+  if (c) return c;
+  const char* region = std::getenv("ORDO_REGION");
+  *status = region && *region && err.find("worker") != std::string::npos ? Status::kDevicesUnavailable
+                                                                          : Status::kInitializationError;
+  std::fprintf(stderr,
+               "ordo: cannot reach the host GPU: %s\n"
+               "ordo: this %.*s; it needs ORDO_REGION set to the region an ordo-worker serves (e.g. ordo-worker "
+               "--region /dev/shm/ordo, then ORDO_REGION=/dev/shm/ordo). Every CUDA call will fail with error %d.\n",
+               err.c_str(), int(library.size()), library.data(), int(*status));
+  return nullptr;
 }
 
 Client::ThreadState& Client::thread() {

@@ -31,6 +31,7 @@
 #include "fatbin.h"
 #include "ordo/client.h"
 #include "proc_table.h"
+#include "stream_handle.h"
 
 namespace ordo::driver {
 namespace {
@@ -83,18 +84,10 @@ CUresult g_attach_error = CUDA_ERROR_NOT_INITIALIZED;
 
 CUresult attach() {
   std::call_once(g_attach_once, [] {
-    std::string err;
-    const char* region = std::getenv("ORDO_REGION");
-    auto c = ordo::Client::attach_from_env(&err);
+    Status s = Status::kSuccess;
+    auto c = ordo::Client::attach_for_cuda("libcuda.so.1 is ordo's guest driver", &s);
     if (!c) {
-      g_attach_error = region && *region && err.find("worker") != std::string::npos ? CUDA_ERROR_DEVICE_UNAVAILABLE
-                                                                                     : CUDA_ERROR_NOT_INITIALIZED;
-      std::fprintf(stderr,
-                   "ordo: cannot reach the host GPU: %s\n"
-                   "ordo: this libcuda.so.1 is ordo's guest driver; it needs ORDO_REGION set to the region an "
-                   "ordo-worker serves (e.g. ordo-worker --region /dev/shm/ordo, then ORDO_REGION=/dev/shm/ordo). "
-                   "Every CUDA call will fail with error %d.\n",
-                   err.c_str(), int(g_attach_error));
+      g_attach_error = to_cu(s);
       return;
     }
     g_client.store(c.release(), std::memory_order_release);
@@ -203,9 +196,6 @@ void init_primary() {
 
 // ---------------------------------------------------------------- streams
 
-// Handles encode the stream id and its generation (the client rejects stale ones).
-constexpr uintptr_t kStreamTag = 0x5d;
-
 struct StreamMeta {
   std::atomic<unsigned> flags{0};
   std::atomic<int> priority{0};
@@ -215,25 +205,10 @@ StreamMeta* stream_meta() {
   return m;
 }
 
-CUstream to_handle(ordo::Stream s) {
-  return reinterpret_cast<CUstream>(uintptr_t(s.generation) << 32 | uintptr_t(s.id) << 8 | kStreamTag);
-}
+CUstream to_handle(ordo::Stream s) { return reinterpret_cast<CUstream>(ordo::cudart::stream_handle(s)); }
 
-// per_thread: called through a _ptsz/_ptds entry point, where stream 0 is this thread's stream.
 bool from_handle(ordo::Client* c, CUstream h, bool per_thread, ordo::Stream* out) {
-  const uintptr_t v = reinterpret_cast<uintptr_t>(h);
-  if (v == 0) {
-    *out = per_thread ? c->per_thread_stream() : ordo::kLegacyStream;
-  } else if (h == CU_STREAM_LEGACY) {
-    *out = ordo::kLegacyStream;
-  } else if (h == CU_STREAM_PER_THREAD) {
-    *out = c->per_thread_stream();
-  } else if ((v & 0xff) == kStreamTag && ((v >> 8) & 0xffffff) != 0 && ((v >> 8) & 0xffffff) < ordo::kMaxStreams) {
-    *out = {uint32_t((v >> 8) & 0xffffff), uint32_t(v >> 32)};
-  } else {
-    return false;
-  }
-  return true;
+  return ordo::cudart::stream_of_handle(c, reinterpret_cast<uintptr_t>(h), per_thread, out);
 }
 
 #define STREAM(c, h, pt, s) \

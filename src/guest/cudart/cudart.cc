@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fatbin.h"
+#include "stream_handle.h"
 #include "ordo/client.h"
 
 namespace ordo::cudart {
@@ -50,20 +51,10 @@ cudaError_t g_attach_error = cudaErrorInitializationError;
 
 ordo::Client* client() {
   std::call_once(g_attach_once, [] {
-    std::string err;
-    const char* region = std::getenv("ORDO_REGION");
-    auto c = ordo::Client::attach_from_env(&err);
+    Status s = Status::kSuccess;
+    auto c = ordo::Client::attach_for_cuda("libcudart.so.13 is ordo's guest library", &s);
     if (!c) {
-      // Unset or unusable region: the program is misconfigured. A region with no
-      // (live) worker behind it: the device is unavailable.
-      g_attach_error = region && *region && err.find("worker") != std::string::npos ? cudaErrorDevicesUnavailable
-                                                                                    : cudaErrorInitializationError;
-      std::fprintf(stderr,
-                   "ordo: cannot reach the host GPU: %s\n"
-                   "ordo: this libcudart.so.13 is ordo's guest library; it needs ORDO_REGION set to the region an "
-                   "ordo-worker serves (e.g. ordo-worker --region /dev/shm/ordo, then ORDO_REGION=/dev/shm/ordo). "
-                   "Every CUDA call will fail with error %d.\n",
-                   err.c_str(), int(g_attach_error));
+      g_attach_error = cudaError_t(s);
       return;
     }
     g_client.store(c.release(), std::memory_order_release);
@@ -93,28 +84,10 @@ cudaError_t ret(Status s) { return ret(cudaError_t(s)); }
 
 // ---------------------------------------------------------------- handles
 
-// A stream handle encodes the stream id and its generation; the client rejects stale ones.
-constexpr uintptr_t kStreamTag = 0x5d;
+cudaStream_t to_handle(ordo::Stream s) { return reinterpret_cast<cudaStream_t>(ordo::cudart::stream_handle(s)); }
 
-cudaStream_t to_handle(ordo::Stream s) {
-  return reinterpret_cast<cudaStream_t>(uintptr_t(s.generation) << 32 | uintptr_t(s.id) << 8 | kStreamTag);
-}
-
-// per_thread: the API was compiled with --default-stream per-thread (the _ptsz/_ptds entry points).
 bool from_handle(ordo::Client* c, cudaStream_t h, bool per_thread, ordo::Stream* out) {
-  const uintptr_t v = reinterpret_cast<uintptr_t>(h);
-  if (v == 0) {
-    *out = per_thread ? c->per_thread_stream() : ordo::kLegacyStream;
-  } else if (h == cudaStreamLegacy) {
-    *out = ordo::kLegacyStream;
-  } else if (h == cudaStreamPerThread) {
-    *out = c->per_thread_stream();
-  } else if ((v & 0xff) == kStreamTag && ((v >> 8) & 0xffffff) != 0) {
-    *out = {uint32_t((v >> 8) & 0xffffff), uint32_t(v >> 32)};
-  } else {
-    return false;
-  }
-  return true;
+  return ordo::cudart::stream_of_handle(c, reinterpret_cast<uintptr_t>(h), per_thread, out);
 }
 
 #define STREAM(c, h, pt, s) \
