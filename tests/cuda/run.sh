@@ -19,6 +19,7 @@
 #   real        the real libcudart (no GPU here): must fail cleanly with error 35
 #   abi         ld.so loads the shim with no version warning, and nm -D shows the version node
 #   noworker    ORDO_REGION names no serving worker: a clear message and error 46/3
+#   trace       ORDO_DRIVER_TRACE=1: the program passes and libcuda.so.1 logs each call's result
 set -uo pipefail
 mode=$1 worker=$2 shim=$3 twins=$4 prog=$5
 shift 5
@@ -147,6 +148,17 @@ case $mode in
     env -u ORDO_REGION LD_LIBRARY_PATH="$shim" LD_PRELOAD="$preload" timeout 60 "$prog" "$@" >"$log" 2>&1
     cat "$log"
     grep -q "error 3 " "$log" || { echo "ORDO_REGION unset: expected cudaErrorInitializationError (3)"; exit 1; }
+    ;;
+  trace)
+    start_worker
+    run_prog ORDO_DRIVER_TRACE=1 timeout 120 "$prog" "$@"
+    rc=$?
+    cat "$log"
+    [ $rc -eq 0 ] || exit 1
+    for line in "cuDeviceGetCount -> 0 CUDA_SUCCESS" "cuLaunchKernel -> 0 CUDA_SUCCESS" \
+                "cuStreamQuery -> 400 CUDA_ERROR_INVALID_HANDLE"; do
+      grep -q "^ordo-trace: $line$" "$log" || { echo "no trace line '$line'"; exit 1; }
+    done
     ;;
   *)
     echo "unknown mode $mode"

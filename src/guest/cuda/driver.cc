@@ -446,9 +446,19 @@ CUresult unload_module(Module* m) {
   return drop ? to_cu(c->module_unload(drop)) : CUDA_SUCCESS;
 }
 
+// Names travel in a reply slot's payload: a longer one is a limit of ordo's, said as such.
+CUresult check_name_fits(const char* name, const char* what) {
+  const size_t n = std::strlen(name);
+  if (n < ordo::kSlotPayload) return CUDA_SUCCESS;
+  std::fprintf(stderr, "ordo: the %s name %.60s... is %zu bytes; ordo passes names of up to %zu bytes\n", what, name,
+               n, ordo::kSlotPayload - 1);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 CUresult get_function(Module* m, const char* name, Function** out) {
   CLIENT(c);
   if (!m || !name || !out) return !m ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = check_name_fits(name, "kernel"); e != CUDA_SUCCESS) return e;
   std::lock_guard lock(m->mu);
   if (auto it = m->functions.find(std::string_view(name)); it != m->functions.end()) {
     *out = it->second.get();
@@ -473,6 +483,7 @@ CUresult get_global(Module* m, const char* name, CUdeviceptr* addr, size_t* size
   CLIENT(c);
   if (!m) return CUDA_ERROR_INVALID_HANDLE;
   if (!name) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = check_name_fits(name, "device variable"); e != CUDA_SUCCESS) return e;
   Modules& ms = modules();
   std::lock_guard load(ms.load_mu);  // keeps the image loaded while its variable is resolved
   Image& img = ms.images.at(m->key);
@@ -732,7 +743,11 @@ ProcLookup lookup_proc(std::string_view name, int version, bool per_thread, void
   for (auto* e = first; e != end && e->name == name; ++e)
     if (e->per_thread == want && e->version <= version) best = e;  // sorted by version: the newest wins
   if (!best) return ProcLookup::kVersionNotSufficient;
-  *fn = best->fn;
+  static const bool trace = [] {
+    const char* t = std::getenv("ORDO_DRIVER_TRACE");
+    return t && *t == '1';
+  }();
+  *fn = trace ? best->traced : best->fn;
   return ProcLookup::kFound;
 }
 

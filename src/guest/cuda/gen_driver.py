@@ -98,7 +98,7 @@ with open(table_out, "w") as f:
     f.write("#define __CUDA_API_VERSION_INTERNAL 1\n")
     for h in HEADERS:
         f.write(f"#include <{h}>\n")
-    f.write("#include <type_traits>\n\n#include \"proc_table.h\"\n\n")
+    f.write("#include <cstdio>\n#include <type_traits>\n\n#include \"proc_table.h\"\n\n")
     undeclared = sorted({r[3] for r in rows if r[3] not in declared})
     f.write("extern \"C\" {  // exported, but declared by no header included here\n")
     for s in undeclared:
@@ -107,10 +107,35 @@ with open(table_out, "w") as f:
     for name, v, pt, sym, pfn in rows:
         if pfn and sym in declared:
             f.write(f"static_assert(std::is_same_v<{pfn}, decltype(&{sym})>, \"{sym} is not {pfn}\");\n")
-    f.write("\nnamespace ordo::driver {\n\nconst ProcEntry kProcTable[] = {\n")
-    for name, v, pt, sym, pfn in rows:
-        f.write(f"    {{\"{name}\", {v}, {'true' if pt else 'false'}, reinterpret_cast<void*>(&{sym})}},\n")
+    f.write("""
+namespace ordo::driver {
+namespace {
+extern const char* const kSymbols[];
+
+// ORDO_DRIVER_TRACE: the same function, logging each call's result.
+template <size_t I, auto F>
+struct Traced;
+template <size_t I, class R, class... A, R(CUDAAPI* F)(A...)>
+struct Traced<I, F> {
+  static R CUDAAPI call(A... a) {
+    const R r = F(a...);
+    const char* n = error_name(int(r));
+    std::fprintf(stderr, "ordo-trace: %s -> %d %s\\n", kSymbols[I], int(r), n ? n : "");
+    return r;
+  }
+};
+}  // namespace
+
+const ProcEntry kProcTable[] = {
+""")
+    for i, (name, v, pt, sym, pfn) in enumerate(rows):
+        f.write(f"    {{\"{name}\", {v}, {'true' if pt else 'false'}, reinterpret_cast<void*>(&{sym}), "
+                f"reinterpret_cast<void*>(&Traced<{i}, &{sym}>::call)}},\n")
     f.write("};\nconst size_t kProcTableSize = sizeof kProcTable / sizeof kProcTable[0];\n\n")
+    f.write("namespace {\nconst char* const kSymbols[] = {\n")
+    for name, v, pt, sym, pfn in rows:
+        f.write(f"    \"{sym}\",\n")
+    f.write("};\n}  // namespace\n\n")
     f.write("const char* error_name(int e) {\n  switch (e) {\n")
     seen = set()
     for n, v in errors:

@@ -15,6 +15,7 @@ struct ProcEntry {
   int version;
   bool per_thread;
   void* fn;
+  void* traced;  // fn, writing each call's result to stderr (ORDO_DRIVER_TRACE=1)
 };
 
 extern const ProcEntry kProcTable[];  // sorted by (name, per_thread, version)
