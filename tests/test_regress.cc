@@ -627,6 +627,40 @@ TEST(Regress, KernelFaultIsStickyForEveryThread) {
   });
 }
 
+// An async call answers for the errors that were there when it enqueued, never
+// for the one its own work causes, however soon the worker runs it (on a GPU
+// the launch returns long before the kernel faults): a kernel fault and a copy
+// to freed memory each reach the *next* call. Before the fix a launch whose
+// kernel the worker ran before the call returned answered 700 itself.
+TEST(Regress, AnAsyncCallNeverReportsItsOwnFailure) {
+  WorkerProcess w;
+  with_deadline(w, 60s, [&] {
+    {
+      auto c = w.attach(quick_timeout());
+      uint64_t dead = 0;
+      ASSERT_EQ(c->malloc(&dead, 64), Status::kSuccess);
+      ASSERT_EQ(c->free(dead), Status::kSuccess);
+      Stream a;
+      ASSERT_EQ(c->stream_create(&a, kStreamNonBlocking), Status::kSuccess);
+      for (int i = 0; i < 300; ++i) {
+        ASSERT_EQ(c->memset_async(dead, 1, 64, a), Status::kSuccess) << "iteration " << i;
+        ASSERT_EQ(c->stream_synchronize(a), Status::kInvalidDevicePointer) << "iteration " << i;
+      }
+    }
+    for (int i = 0; i < 40; ++i) {  // a fault is sticky: a session each
+      auto c = w.attach(quick_timeout());
+      const uint32_t add = kernel(*c, "ordo_add_u64");
+      uint64_t counter = 0;
+      ASSERT_EQ(c->malloc(&counter, 8), Status::kSuccess);
+      Stream a;
+      ASSERT_EQ(c->stream_create(&a, kStreamNonBlocking), Status::kSuccess);
+      sim::AddU64Args bad{counter + (uint64_t{1} << 32), 1};
+      ASSERT_EQ(c->launch(add, {1}, {1}, &bad, sizeof bad, a), Status::kSuccess) << "iteration " << i;
+      ASSERT_EQ(c->stream_synchronize(a), Status::kIllegalAddress) << "iteration " << i;
+    }
+  });
+}
+
 // Class 9: dynamic shared memory above what the device allows any kernel
 // (DeviceInfo::shared_mem_per_block_optin) fails the launch itself.
 TEST(Regress, DynamicSharedMemoryAboveTheDeviceLimitFailsAtLaunch) {

@@ -152,6 +152,8 @@ class Client {
   Status check_async_error(ThreadState& t);
   Status finish(ThreadState& t, Status own);  // record last error, surface async errors
   Status finish_own(ThreadState& t, Status own);  // record last error; async errors stay pending
+  // finish() for a call that only enqueued: the errors present when it pushed its first entry.
+  Status finish_async(ThreadState& t);
   bool bind(Stream s, Bound* out) const;
   // Appends `e` of stream `stream` (with edges for its op's ordering role, after
   // any edges `e` already carries) to ring `r`; caller holds r.mu.

@@ -91,6 +91,10 @@ struct Client::ThreadState {
   uint64_t last_pos = 0;
   Stream per_thread{kNoStream, 0};
   bool has_per_thread = false;
+  // The errors already there when this call pushed its first entry (finish_async).
+  bool marked = false;
+  bool mark_sticky = false;
+  uint64_t mark_error_seq = 0;
 
   ~ThreadState() {
     if (!pool) return;
@@ -320,6 +324,7 @@ Status Client::sticky_error() const {
 }
 
 Status Client::finish(ThreadState& t, Status own) {
+  t.marked = false;
   if (lost_.load(std::memory_order_relaxed)) own = Status::kDevicesUnavailable;
   else if (const Status f = sticky_error(); !ok(f)) own = f;
   const Status async = check_async_error(t);
@@ -333,10 +338,25 @@ Status Client::finish_own(ThreadState& t, Status own) {
   // async error would report a failure for a handle that exists (and leaks),
   // and callers that cache a lookup's result would keep that error forever.
   // The async error stays pending for the thread's next call.
+  t.marked = false;
   if (lost_.load(std::memory_order_relaxed)) own = Status::kDevicesUnavailable;
   else if (const Status f = sticky_error(); !ok(f)) own = f;
   if (!ok(own) && own != Status::kNotReady) t.last_error = own;
   return own;
+}
+
+Status Client::finish_async(ThreadState& t) {
+  // An async call returns the errors that were there when it enqueued, never
+  // the one its own work causes, however fast the worker ran it: that one is
+  // the next call's, as on a GPU.
+  if (!t.marked) return finish(t, Status::kSuccess);
+  t.marked = false;
+  Status result = Status::kSuccess;
+  if (lost_.load(std::memory_order_relaxed)) result = Status::kDevicesUnavailable;
+  else if (t.mark_sticky) result = sticky_error();
+  else if (t.mark_error_seq != t.error_seen) result = check_async_error(t);
+  if (!ok(result)) t.last_error = result;
+  return result;
 }
 
 Status Client::get_last_error() {
@@ -486,6 +506,12 @@ uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t strea
   // Inline storage: no heap allocation unless an entry needs more than 16 edges.
   // (Not a reused thread_local vector: a thread_local with a destructor is gone
   // before the static destructors and atexit handlers that may still push.)
+  if (!t.marked) {  // before the worker can see this call's entry, let alone fail it
+    t.marked = true;
+    t.mark_sticky = !ok(sticky_error());
+    t.mark_error_seq = t.err_slot == kNoSlot ? t.error_seen
+                                             : region_->slot(t.err_slot).error_seq.load(std::memory_order_acquire);
+  }
   EdgeList edges;
   for (unsigned k = 0; k < e.edge_count && k < kMaxEdges; ++k) edges.push_back(e.edges[k]);
   const Order order = info(static_cast<Op>(e.op)).order;
@@ -574,7 +600,7 @@ Status Client::stream_op(Stream s, Entry e, EventState* ev) {
   if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
   std::lock_guard lock(b.g->mu);
   push_locked(t, *b.g, b.r, s.id, e, ev);
-  return finish(t, Status::kSuccess);
+  return finish_async(t);
 }
 
 // ---- streams ---------------------------------------------------------------
@@ -922,7 +948,7 @@ Status Client::memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, St
     if (g->stage_tail - g->fence_stage > w / 4) push_fence_locked(t, *g, r);
     done += n;
   }
-  return finish(t, Status::kSuccess);
+  return finish_async(t);
 }
 
 Status Client::memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s) {
@@ -1124,7 +1150,7 @@ Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, 
     g->stage_marks.push_back({pos, g->stage_tail});
     if (g->stage_tail - g->fence_stage > region_->layout().staging_per_ring / 4) push_fence_locked(t, *g, r);
   }
-  return finish(t, Status::kSuccess);
+  return finish_async(t);
 }
 
 void Client::fence_target(ThreadState& t, uint32_t r, std::vector<std::pair<uint32_t, uint64_t>>* targets) {
@@ -1217,7 +1243,7 @@ Status Client::host_func(Stream s, std::function<void()> fn) {
     std::lock_guard lock(b.g->mu);
     push_locked(t, *b.g, b.r, s.id, e, nullptr);
   }
-  return finish(t, Status::kSuccess);
+  return finish_async(t);
 }
 
 void Client::run_host_funcs() {
