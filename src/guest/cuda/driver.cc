@@ -26,6 +26,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "address_ranges.h"
 #include "dark_api.h"
 #include "driver.h"
 #include "fatbin.h"
@@ -219,43 +220,15 @@ ordo::Event to_event(CUevent e) { return {reinterpret_cast<uintptr_t>(e)}; }
 
 // ---------------------------------------------------------------- memory the program holds
 
-// Device allocations, to tell device from host pointers (cuMemcpy, cuPointerGetAttribute):
-// the host GPU's addresses live in another address space and may equal guest addresses.
-struct Ranges {
-  std::mutex mu;
-  std::map<uint64_t, uint64_t> ranges;  // address -> size
-  bool find(uint64_t a, uint64_t* base, uint64_t* size) {
-    std::lock_guard lock(mu);
-    auto it = ranges.upper_bound(a);
-    if (it == ranges.begin()) return false;
-    --it;
-    if (a - it->first >= it->second) return false;
-    if (base) *base = it->first;
-    if (size) *size = it->second;
-    return true;
-  }
-  void add(uint64_t a, uint64_t n) {
-    std::lock_guard lock(mu);
-    ranges[a] = n;
-  }
-  bool erase(uint64_t a) {
-    std::lock_guard lock(mu);
-    return ranges.erase(a) != 0;
-  }
-  uint64_t total() {
-    std::lock_guard lock(mu);
-    uint64_t t = 0;
-    for (auto& [a, n] : ranges) t += n;
-    return t;
-  }
-};
-Ranges& device_allocs() {
-  static auto* r = new Ranges;
+ordo::cudart::AddressRanges& device_allocs() {
+  static auto* r = new ordo::cudart::AddressRanges;  // never destroyed: used from atexit handlers
   return *r;
 }
+
 // Host memory the program registered or allocated page-locked, with its flags.
-struct HostRanges : Ranges {
-  std::map<uint64_t, unsigned> flags;
+struct HostRanges : ordo::cudart::AddressRanges {
+  std::mutex flags_mu;
+  std::map<uint64_t, unsigned> flags;  // base -> flags
 };
 HostRanges& host_allocs() {
   static auto* r = new HostRanges;
@@ -1224,7 +1197,7 @@ CUresult CUDAAPI cuMemHostAlloc(void** ptr, size_t size, unsigned int flags) {
   if (!ok(s)) return to_cu(s);
   HostRanges& h = host_allocs();
   h.add(reinterpret_cast<uintptr_t>(*ptr), size);
-  std::lock_guard lock(h.mu);
+  std::lock_guard lock(h.flags_mu);
   h.flags[reinterpret_cast<uintptr_t>(*ptr)] = flags;
   return CUDA_SUCCESS;
 }
@@ -1243,7 +1216,7 @@ CUresult CUDAAPI cuMemHostGetFlags(unsigned int* flags, void* ptr) {
   HostRanges& h = host_allocs();
   uint64_t base;
   if (!h.find(reinterpret_cast<uintptr_t>(ptr), &base, nullptr)) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lock(h.mu);
+  std::lock_guard lock(h.flags_mu);
   *flags = h.flags[base];
   return CUDA_SUCCESS;
 }
@@ -1259,7 +1232,7 @@ CUresult CUDAAPI cuMemHostRegister_v2(void* ptr, size_t size, unsigned int flags
   HostRanges& h = host_allocs();
   if (h.find(reinterpret_cast<uintptr_t>(ptr), nullptr, nullptr)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   h.add(reinterpret_cast<uintptr_t>(ptr), size);
-  std::lock_guard lock(h.mu);
+  std::lock_guard lock(h.flags_mu);
   h.flags[reinterpret_cast<uintptr_t>(ptr)] = flags;
   return CUDA_SUCCESS;
 }

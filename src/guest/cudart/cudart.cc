@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "address_ranges.h"
 #include "fatbin.h"
 #include "stream_handle.h"
 #include "ordo/client.h"
@@ -98,23 +99,8 @@ ordo::Event to_event(cudaEvent_t e) { return {reinterpret_cast<uintptr_t>(e)}; }
 
 // ---------------------------------------------------------------- device memory the program holds
 
-// Device allocations, to tell device from host pointers (cudaMemcpyDefault):
-// the host GPU's addresses live in another address space and may equal guest
-// host addresses, so only this table can tell.
-struct Allocations {
-  std::mutex mu;
-  std::map<uint64_t, uint64_t> ranges;  // address -> size
-  bool contains(const void* p) {
-    const uint64_t a = reinterpret_cast<uintptr_t>(p);
-    std::lock_guard lock(mu);
-    auto it = ranges.upper_bound(a);
-    if (it == ranges.begin()) return false;
-    --it;
-    return a - it->first < it->second;
-  }
-};
-Allocations& allocations() {
-  static auto* a = new Allocations;  // never destroyed: used from atexit handlers
+ordo::cudart::AddressRanges& allocations() {
+  static auto* a = new ordo::cudart::AddressRanges;  // never destroyed: used from atexit handlers
   return *a;
 }
 
@@ -238,7 +224,7 @@ bool side_of(const void* p, cudaMemcpyKind kind, bool dst, Side* out) {
     case cudaMemcpyHostToDevice: *out = dst ? Side::Device : Side::Host; return true;
     case cudaMemcpyDeviceToHost: *out = dst ? Side::Host : Side::Device; return true;
     case cudaMemcpyDeviceToDevice: *out = Side::Device; return true;
-    case cudaMemcpyDefault: *out = allocations().contains(p) ? Side::Device : Side::Host; return true;
+    case cudaMemcpyDefault: *out = allocations().find(reinterpret_cast<uintptr_t>(p)) ? Side::Device : Side::Host; return true;
   }
   return false;
 }
@@ -606,12 +592,7 @@ cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free, size_t* total) {
   CLIENT(c);
   ordo::DeviceInfo d;
   if (cudaError_t e = device_info(c, &d); e != cudaSuccess) return ret(e);
-  uint64_t used = 0;
-  {
-    Allocations& a = allocations();
-    std::lock_guard lock(a.mu);
-    for (auto& [addr, size] : a.ranges) used += size;
-  }
+  const uint64_t used = allocations().total();
   *total = d.total_global_mem;
   *free = used < d.total_global_mem ? d.total_global_mem - used : 0;  // this program's view only
   return cudaSuccess;
@@ -641,11 +622,7 @@ cudaError_t CUDARTAPI cudaMalloc(void** ptr, size_t size) {
   uint64_t addr = 0;
   const Status s = c->malloc(&addr, size);
   if (!ok(s)) return ret(s == Status::kInvalidValue ? cudaErrorMemoryAllocation : cudaError_t(s));
-  {
-    Allocations& a = allocations();
-    std::lock_guard lock(a.mu);
-    a.ranges[addr] = size;
-  }
+  allocations().add(addr, size);
   *ptr = reinterpret_cast<void*>(uintptr_t(addr));
   return cudaSuccess;
 }
@@ -654,11 +631,7 @@ cudaError_t CUDARTAPI cudaFree(void* ptr) {
   CLIENT(c);
   if (!ptr) return ret(c->device_synchronize());  // cudaFree(0): commonly used to initialize
   const Status s = c->free(reinterpret_cast<uintptr_t>(ptr));
-  if (ok(s)) {
-    Allocations& a = allocations();
-    std::lock_guard lock(a.mu);
-    a.ranges.erase(reinterpret_cast<uintptr_t>(ptr));
-  }
+  if (ok(s)) allocations().erase(reinterpret_cast<uintptr_t>(ptr));
   return ret(s);
 }
 
