@@ -94,6 +94,13 @@ CUresult CUDAAPI context_check(CUcontext, uint32_t* result, const void** extra) 
 }
 uint32_t CUDAAPI check_zero() { return 0; }
 
+// TOOLS_TLS slot 2 and the 21318c60 table's slot 4: cuBLASLt keys its kernel
+// registry by the current context and that context's id. A slot that succeeds
+// without writing them leaves the registry empty, and every SGEMM then fails
+// "Failed to query heuristics" (CUBLAS_STATUS_NOT_SUPPORTED).
+CUresult CUDAAPI tools_current_context(CUcontext* ctx) { return cuCtxGetCurrent(ctx); }
+CUresult CUDAAPI context_id(CUcontext ctx, unsigned long long* id) { return cuCtxGetId(ctx, id); }
+
 CUresult CUDAAPI integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t out[2]);
 
 using Slot = const void*;
@@ -109,14 +116,14 @@ const Table<10> kCudartInterface = {{SIZE_SLOT(10), UNKNOWN, FN(cudart_primary_c
                                      UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN}};
 const Table<7> kToolsHooks = {
     {SIZE_SLOT(7), UNKNOWN, FN(hook_buffer1), UNKNOWN, UNKNOWN, UNKNOWN, FN(hook_buffer2)}};
-const Table<4> kToolsTls = {{SIZE_SLOT(4), FN(success_slot), FN(success_slot), FN(success_slot)}};
+const Table<4> kToolsTls = {{SIZE_SLOT(4), FN(success_slot), FN(tools_current_context), FN(success_slot)}};
 // No size slot: slot 0 is a function.
 const Table<4> kContextLocalStorage = {{FN(cls_put), FN(cls_delete), FN(cls_get), UNKNOWN}};
 const Table<4> kContextChecks = {{SIZE_SLOT(4), UNKNOWN, FN(context_check), FN(check_zero)}};
 const Table<3> kIntegrityCheck = {{SIZE_SLOT(3), FN(integrity_check), UNKNOWN}};
-// Asked for by cublasLt (slot 4) with no observable effect wanted beyond success.
-const Table<8> kUnknown21318c60 = {{SIZE_SLOT(8), FN(success_slot), FN(success_slot), FN(success_slot),
-                                    FN(success_slot), FN(success_slot), FN(success_slot), FN(success_slot)}};
+// Asked for by cublasLt, which calls slot 4 only (the context's id).
+const Table<5> kUnknown21318c60 = {
+    {SIZE_SLOT(5), UNKNOWN, UNKNOWN, UNKNOWN, FN(context_id)}};
 
 struct Known {
   uint8_t uuid[16];

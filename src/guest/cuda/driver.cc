@@ -157,7 +157,7 @@ struct Context {
   std::atomic<int> primary_refs{0};
   std::atomic<bool> primary_active{false};
   unsigned long long id = 0;
-  size_t limits[8] = {};
+  size_t limits[CU_LIMIT_MAX] = {};  // CIG limits (7-9) stay 0: ordo's contexts are never CIG contexts
   CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
 };
 
@@ -1099,6 +1099,7 @@ CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
   Context* c = current();
   if (!c) return CUDA_ERROR_INVALID_CONTEXT;
   if (unsigned(limit) >= std::size(c->limits)) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  if (limit == CU_LIMIT_SHMEM_SIZE || limit == CU_LIMIT_CIG_ENABLED) return CUDA_ERROR_INVALID_VALUE;  // query-only
   // Recorded for cuCtxGetLimit; the worker's context keeps the host driver's limits.
   c->limits[limit] = value;
   return CUDA_SUCCESS;
