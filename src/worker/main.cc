@@ -36,6 +36,7 @@ void usage(FILE* f) {
                "usage: ordo-worker --region PATH [--size N] [--backend auto|sim|cuda|null] [--stats] [--trace FILE] [--no-doorbell]\n"
                "                   [--ivshmem-server SOCKET] [--max-sleep MS] [--guest-timeout MS] [--unordered]\n"
                "                   [--chaos SEED] [--sim-kernels SO] [--quiet]\n"
+               "       ordo-worker --device-info [--backend B]\n"
                "  --region PATH   the shared region: a /dev/shm file (created, or reset, here)\n"
                "  --size N        region size, a power of two (default 64M; K/M/G suffixes)\n"
                "  --backend B     auto (default: cuda if a CUDA device is present, else sim), sim (CPU simulator),\n"
@@ -49,7 +50,30 @@ void usage(FILE* f) {
                "  --guest-timeout MS  free a guest's resources when its heartbeat stops this long (default 5000)\n"
                "  --unordered     ignore ordering edges, like the old prototype: tests only\n"
                "  --chaos SEED    hold dispatchable entries for random times: tests only\n"
-               "  --sim-kernels SO  load host twins of device kernels into the sim backend (may repeat; see sim.h)\n");
+               "  --sim-kernels SO  load host twins of device kernels into the sim backend (may repeat; see sim.h)\n"
+               "  --device-info   print the device the backend shows guests (name, memory, every CUdevice_attribute)\n"
+               "                  as key=value lines and exit\n");
+}
+
+// What a guest's cudaGetDeviceProperties/cuDeviceGetAttribute will see, so an
+// operator (and tests/cuda's props case) can compare without a guest.
+int print_device_info(ordo::Backend& backend) {
+  ordo::DeviceInfo d{};
+  if (ordo::Status s = backend.device_info(&d); !ordo::ok(s)) {
+    std::fprintf(stderr, "ordo-worker: the %s backend reports no device (status %d)\n",
+                 std::string(backend.name()).c_str(), int(s));
+    return 1;
+  }
+  d.name[sizeof d.name - 1] = 0;
+  std::printf("backend=%s\nname=%s\ntotal_mem=%llu\n", std::string(backend.name()).c_str(), d.name,
+              (unsigned long long)d.total_global_mem);
+  for (uint32_t first = 0; first < ordo::kDeviceAttributeCount; first += ordo::kDeviceAttributesPerCall) {
+    int32_t a[ordo::kDeviceAttributesPerCall];
+    if (!ordo::ok(backend.device_attributes(first, a))) continue;
+    for (uint32_t i = 0; i < ordo::kDeviceAttributesPerCall; ++i)
+      if (first + i > 0) std::printf("attr.%u=%d\n", first + i, a[i]);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -59,7 +83,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> plugins;
   uint64_t size = 64ull << 20;
   std::string ivshmem_socket;
-  bool stats = false, doorbell = true, max_sleep_set = false;
+  bool stats = false, doorbell = true, max_sleep_set = false, device_info = false;
   ordo::WorkerOptions opt;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -87,6 +111,7 @@ int main(int argc, char** argv) {
       max_sleep_set = true;
     }
     else if (a == "--guest-timeout") opt.guest_timeout = std::chrono::milliseconds(std::strtoull(value().c_str(), nullptr, 0));
+    else if (a == "--device-info") device_info = true;
     else if (a == "--help" || a == "-h") { usage(stdout); return 0; }
     else {
       std::fprintf(stderr, "ordo-worker: unknown option %s\n", a.c_str());
@@ -94,7 +119,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (region_path.empty()) {
+  if (region_path.empty() && !device_info) {
     usage(stderr);
     return 2;
   }
@@ -117,6 +142,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
     return 2;
   }
+  if (device_info) return print_device_info(*backend);
   auto region = ordo::Region::create(region_path, layout, &err);
   if (!region) {
     std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());

@@ -20,6 +20,8 @@
 #   abi         ld.so loads the shim with no version warning, and nm -D shows the version node
 #   noworker    ORDO_REGION names no serving worker: a clear message and error 46/3
 #   trace       ORDO_DRIVER_TRACE=1: the program passes and libcuda.so.1 logs each call's result
+#   props       every key=value line the program prints (props.cu: cudaGetDeviceProperties) equals
+#               the worker's own `ordo-worker --device-info` line for that key
 set -uo pipefail
 mode=$1 worker=$2 shim=$3 twins=$4 prog=$5
 shift 5
@@ -159,6 +161,19 @@ case $mode in
                 "cuStreamQuery -> 400 CUDA_ERROR_INVALID_HANDLE"; do
       grep -q "^ordo-trace: $line$" "$log" || { echo "no trace line '$line'"; exit 1; }
     done
+    ;;
+  props)
+    start_worker
+    run_prog timeout 120 "$prog" "$@"
+    rc=$?
+    cat "$log"
+    [ $rc -eq 0 ] || exit 1
+    want=$("$worker" --device-info --backend sim) || { echo "ordo-worker --device-info failed"; exit 1; }
+    n=$(grep -c '=' "$log")
+    [ "$n" -ge 50 ] || { echo "expected at least 50 properties, got $n"; exit 1; }
+    diff=$(comm -23 <(grep '=' "$log" | sort) <(sort <<<"$want"))
+    [ -z "$diff" ] || { echo "properties that differ from the worker's device (program's lines):"; echo "$diff"; exit 1; }
+    echo "all $n properties match ordo-worker --device-info"
     ;;
   *)
     echo "unknown mode $mode"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ivshmem-doorbell mode against plain mode, in real QEMU guests (TCG).
-#   vm_doorbell_test.sh ORDO_WORKER ORDO_IVSHMEM_SERVER ORDO_VM_GUEST [SHIM_DIR TWINS CUDA_PROGRAM...]
+#   vm_doorbell_test.sh ORDO_WORKER ORDO_IVSHMEM_SERVER ORDO_VM_GUEST [DRIVER_DIR TWINS CUDA_PROGRAM...]
 # Worker D joins an ordo-ivshmem-server and sleeps up to 3 s when idle; VM D has
 # an ivshmem-doorbell device on that server. Worker P serves VM P's
 # ivshmem-plain device and polls every 20 ms when idle. Both guests run the quick
@@ -8,8 +8,8 @@
 # worker was woken by the guest's doorbell for those calls (with a 3 s sleep,
 # a missed ring would cost seconds per call and show no doorbell wake-ups).
 # Also prints each idle worker's CPU use. With the CUDA arguments, VM D then runs
-# unmodified nvcc-built programs through ordo's libcudart.so.13 (worker D loads
-# their kernel twins): a CUDA program in a real guest. Exits 77 when QEMU etc.
+# unmodified programs built with plain nvcc (static cudart) through ordo's
+# libcuda.so.1 (worker D loads their kernel twins): a CUDA program in a real guest. Exits 77 when QEMU etc.
 # are missing.
 set -uo pipefail
 worker=$1 server=$2 guest=$3
@@ -18,12 +18,12 @@ source "$(dirname "$0")/common.sh"
 cuda_worker_args=()
 cuda_progs=()
 if [ $# -ge 3 ]; then
-  shim_dir=$1 twins=$2
+  driver_dir=$1 twins=$2
   shift 2
   cuda_worker_args=(--sim-kernels "$twins")
-  # The shim dlopens libzstd for compressed fatbin entries.
+  # libcuda.so.1 dlopens libzstd for compressed fatbin entries.
   zstd=$(ldconfig -p | awk '/libzstd\.so\.1 / {print $NF; exit}')
-  stage_program "$shim_dir/libcudart.so.13" /lib/ordo/libcudart.so.13
+  stage_program "$driver_dir/libcuda.so.1" /lib/ordo/libcuda.so.1
   [ -n "$zstd" ] && cp -L "$zstd" "$tmp/root/lib/ordo/libzstd.so.1"
   {
     echo '#!/bin/sh'
@@ -31,7 +31,7 @@ if [ $# -ge 3 ]; then
     for prog in "$@"; do
       name=$(basename "$prog")
       stage_program "$prog" "/cuda/$name"
-      arg=; [ "$name" = seed ] && arg=10
+      arg=; [ "${name%_static}" = seed ] && arg=10
       echo "echo \"ordo-vm: cuda program $name\""
       echo "ORDO_REGION=ivshmem LD_LIBRARY_PATH=/lib/ordo /cuda/$name $arg > /out 2>&1; rc=\$?"
       echo "sed 's/^/ordo-vm:   /' /out"
