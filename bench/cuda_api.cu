@@ -1,8 +1,9 @@
-// What a CUDA runtime call costs through each of ordo's guest libraries. One
-// binary (nvcc -cudart shared), run twice by bench/cuda_api.sh: on ordo's
-// runtime shim (libcudart.so.13) and on NVIDIA's runtime over ordo's driver
-// (libcuda.so.1), against the same sim worker.
+// What a CUDA call costs through ordo's libcuda.so.1, runtime call against the
+// driver call it ends in, in one run (bench/cuda_api.sh, a sim worker): the
+// runtime's share (NVIDIA's static cudart, a context-local-storage lookup per
+// call) next to ordo's own.
 #include <benchmark/benchmark.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -31,6 +32,12 @@ void BM_GetDevice(benchmark::State& state) {
 }
 BENCHMARK(BM_GetDevice);
 
+void BM_DriverCtxGetDevice(benchmark::State& state) {
+  CUdevice d = -1;
+  for (auto _ : state) benchmark::DoNotOptimize(cuCtxGetDevice(&d));
+}
+BENCHMARK(BM_DriverCtxGetDevice);
+
 void BM_GetLastError(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(cudaGetLastError());
 }
@@ -50,6 +57,26 @@ void BM_LaunchAsync(benchmark::State& state) {
   check(cudaStreamDestroy(s), "cudaStreamDestroy");
 }
 BENCHMARK(BM_LaunchAsync);
+
+// The same launch straight through the driver: the runtime's launch ends here.
+void BM_DriverLaunchAsync(benchmark::State& state) {
+  CUstream s;
+  CUfunction f;
+  check(cudaGetFuncBySymbol(reinterpret_cast<cudaFunction_t*>(&f), reinterpret_cast<const void*>(fill)),
+        "cudaGetFuncBySymbol");
+  if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) std::exit(1);
+  int* p = nullptr;
+  int len = 0, v = 0;  // len = 0: the twin returns at once
+  void* args[] = {&p, &len, &v};
+  int n = 0;
+  for (auto _ : state) {
+    if (cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, nullptr) != CUDA_SUCCESS) std::exit(1);
+    if (++n % 256 == 0) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  }
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  cuStreamDestroy(s);
+}
+BENCHMARK(BM_DriverLaunchAsync);
 
 }  // namespace
 

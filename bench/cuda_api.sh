@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Runs bench_cuda_api twice against one sim worker: on ordo's runtime shim
-# (libcudart.so.13) and on NVIDIA's runtime over ordo's libcuda.so.1, and prints
-# each benchmark's time through the driver as a ratio of the shim's in the same run
-# (medians with --benchmark_repetitions).
+# Runs bench_cuda_api (a plain nvcc program: static cudart) through ordo's
+# libcuda.so.1 against one sim worker and prints each runtime call's time as a
+# ratio of the driver call it ends in, measured in the same run (medians with
+# --benchmark_repetitions).
 #
-#   cuda_api.sh WORKER TWINS SHIM_DIR DRIVER_PATH BENCH [BENCHMARK ARGS...]
+#   cuda_api.sh WORKER TWINS DRIVER_PATH BENCH [BENCHMARK ARGS...]
 set -euo pipefail
-worker=$1 twins=$2 shim=$3 driver=$4 bench=$5
-shift 5
+worker=$1 twins=$2 driver=$3 bench=$4
+shift 4
 region=/dev/shm/ordo-bench-api-$$
 out=$(mktemp -d)
 worker_pid=
@@ -20,21 +20,16 @@ trap cleanup EXIT
 worker_pid=$!
 for _ in $(seq 100); do [ -e "$region.ready" ] && break; sleep 0.05; done
 [ -e "$region.ready" ] || { echo "ordo-worker did not become ready"; exit 1; }
-for lib in shim driver; do
-  [ $lib = shim ] && path=$shim || path=$driver
-  echo "== $lib (LD_LIBRARY_PATH=$path)"
-  ORDO_REGION=$region LD_LIBRARY_PATH=$path "$bench" --benchmark_out="$out/$lib.json" \
-    --benchmark_out_format=json "$@"
-done
-python3 - "$out/shim.json" "$out/driver.json" <<'PY'
+ORDO_REGION=$region LD_LIBRARY_PATH=$driver "$bench" --benchmark_out="$out/run.json" --benchmark_out_format=json "$@"
+python3 - "$out/run.json" <<'PY'
 import json, sys
-def load(p):  # the median over repetitions when there are several
-    rows = json.load(open(p))["benchmarks"]
-    med = {b["run_name"]: b["real_time"] for b in rows if b.get("aggregate_name") == "median"}
-    return med or {b["run_name"]: b["real_time"] for b in rows}
-shim, drv = load(sys.argv[1]), load(sys.argv[2])
-print(f"{'benchmark':<24}{'shim ns':>10}{'driver ns':>11}{'driver/shim':>13}")
-for name in shim:
-    if name in drv:
-        print(f"{name:<24}{shim[name]:>10.1f}{drv[name]:>11.1f}{drv[name] / shim[name]:>13.2f}")
+rows = json.load(open(sys.argv[1]))["benchmarks"]
+t = {b["run_name"]: b["real_time"] for b in rows if b.get("aggregate_name") == "median"} \
+    or {b["run_name"]: b["real_time"] for b in rows}
+print(f"{'runtime call':<18}{'ns':>8}   {'driver call (baseline)':<24}{'ns':>8}{'runtime/driver':>16}")
+for rt, drv in [("BM_GetDevice", "BM_DriverCtxGetDevice"), ("BM_LaunchAsync", "BM_DriverLaunchAsync")]:
+    if rt in t and drv in t:
+        print(f"{rt[3:]:<18}{t[rt]:>8.1f}   {drv[3:]:<24}{t[drv]:>8.1f}{t[rt] / t[drv]:>16.2f}")
+if "BM_GetLastError" in t:
+    print(f"{'GetLastError':<18}{t['BM_GetLastError']:>8.1f}   (no driver call)")
 PY

@@ -1,5 +1,6 @@
 // Status codes shared by guest and worker. The values are the CUDA runtime's
-// own cudaError_t numbers, so the libcudart shim returns them unchanged.
+// own cudaError_t numbers, so guest libraries map them to CUresult by table
+// (libcuda.so.1's to_cu) and tests compare them with CUDA's own.
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,9 @@
 // The cuda backend: runs a guest's work on a real GPU (device 0).
 //
-// Linking: the static CUDA runtime only. The guest shim is also called
-// libcudart.so.13, and ordo-worker must start (and fall back to sim) on a
-// machine without a driver, so the driver API (modules, cuLaunchKernel) is
-// reached through cudaGetDriverEntryPointByVersion instead of linking libcuda.
+// Linking: the static CUDA runtime only, so that ordo-worker starts (and falls
+// back to sim) on a machine without a driver or a libcudart.so.13; the driver
+// API (modules, cuLaunchKernel) is reached through
+// cudaGetDriverEntryPointByVersion instead of linking libcuda.
 //
 // Handles: the worker hands us small ids (stream = ring index, event = event
 // slot, module = module slot) that it has already checked against what this

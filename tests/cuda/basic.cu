@@ -2,7 +2,7 @@
 // queries, memory (device, pinned, pageable), kernels with mixed parameter
 // layouts, streams, events, async copies, memset, host callbacks, the legacy
 // and per-thread default streams, and local error checking. Exits 0 when every
-// result is right; with the real libcudart and no GPU it exits 3 on error 35.
+// result is right; without a driver (no GPU, no ordo) it exits 3 on error 35.
 #include <cuda_runtime.h>
 
 #include <cstdio>

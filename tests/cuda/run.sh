@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs one nvcc-built CUDA program through ordo: an ordo-worker on the sim
-# backend with the programs' kernel twins, the program with ordo's
-# libcudart.so.13 first on LD_LIBRARY_PATH.
+# backend with the programs' kernel twins, the program with ordo's libcuda.so.1
+# first on LD_LIBRARY_PATH and NVIDIA's runtime on top of it.
 #
-#   run.sh MODE WORKER SHIM_DIR TWINS PROGRAM [ARGS...]
+#   run.sh MODE WORKER LIB_PATH TWINS PROGRAM [ARGS...]
 #
-# SHIM_DIR: the directories (colon-separated) the program loads ordo's library
-# from: libcudart.so.13's (the runtime shim) or libcuda.so.1's (the driver, with
-# the real libcudart beside it for -cudart shared programs).
+# LIB_PATH: the directories (colon-separated) the program loads libraries from:
+# libcuda.so.1's first, then the toolkit's (libcudart for -cudart shared
+# programs, cuBLAS).
 #
 # MODE:
 #   pass        the program must exit 0
@@ -16,14 +16,14 @@
 #               and --chaos: must show a violation in at least one run, or the
 #               ordered runs prove nothing
 #   unsupported the program must pass and each API in $UNSUPPORTED must be named once on stderr
-#   real        the real libcudart (no GPU here): must fail cleanly with error 35
-#   abi         ld.so loads the shim with no version warning, and nm -D shows the version node
+#   real        without ordo's libcuda.so.1 (no driver here): NVIDIA's runtime must fail cleanly with error 35
+#   abi         libcuda.so.1 has the driver's soname and exports every name in $EXPORTS (the real driver's)
 #   noworker    ORDO_REGION names no serving worker: a clear message and error 46/3
 #   trace       ORDO_DRIVER_TRACE=1: the program passes and libcuda.so.1 logs each call's result
 #   props       every key=value line the program prints (props.cu: cudaGetDeviceProperties) equals
 #               the worker's own `ordo-worker --device-info` line for that key
 set -uo pipefail
-mode=$1 worker=$2 shim=$3 twins=$4 prog=$5
+mode=$1 worker=$2 libpath=$3 twins=$4 prog=$5
 shift 5
 
 region=/dev/shm/ordo-cuda-test-$$-$RANDOM
@@ -49,14 +49,13 @@ start_worker() {
   exit 1
 }
 
-# A sanitizer build of the shim inside an uninstrumented nvcc program: the
+# A sanitizer build of libcuda.so.1 inside an uninstrumented nvcc program: the
 # sanitizer runtime has to be loaded first.
-lib=${shim%%:*}/libcudart.so.13
-[ -e "$lib" ] || lib=${shim%%:*}/libcuda.so.1
+lib=${libpath%%:*}/libcuda.so.1
 preload=$(ldd "$lib" | awk '/lib(asan|ubsan|tsan)\.so/ {print $3}' | sort -u | tr '\n' ':')
 
-run_prog() {  # run_prog [ENV=V...] ARGS: runs the program through the shim, output to $log
-  env ORDO_REGION="$region" LD_LIBRARY_PATH="$shim" LD_PRELOAD="$preload" "$@" >"$log" 2>&1
+run_prog() {  # run_prog [ENV=V...] ARGS: runs the program through ordo, output to $log
+  env ORDO_REGION="$region" LD_LIBRARY_PATH="$libpath" LD_PRELOAD="$preload" "$@" >"$log" 2>&1
 }
 
 case $mode in
@@ -97,48 +96,37 @@ case $mode in
     rc=$?
     cat "$log"
     [ $rc -eq 0 ] || exit 1
-    for api in ${UNSUPPORTED:-cudaGraphCreate cudaMallocArray cudaMallocManaged}; do
+    for api in ${UNSUPPORTED:?the APIs the program calls that ordo does not support}; do
       n=$(grep -c "^ordo: $api is not supported by the ordo guest library$" "$log")
       [ "$n" -eq 1 ] || { echo "expected one 'not supported' line for $api, got $n"; exit 1; }
     done
     ;;
   real)
-    # Whatever libcudart.so.13 the loader finds without ordo's: the real runtime.
-    env -u LD_LIBRARY_PATH LD_LIBRARY_PATH="${REAL_CUDART_DIR:-}" timeout 60 "$prog" "$@" >"$log" 2>&1
+    # No libcuda.so.1 but the system's: on this machine (no GPU, no driver), none.
+    if nvidia-smi -L >/dev/null 2>&1; then
+      echo "a GPU and its driver are present: this case checks a machine without them"
+      exit 77
+    fi
+    env -u LD_LIBRARY_PATH LD_LIBRARY_PATH="${libpath#*:}" timeout 60 "$prog" "$@" >"$log" 2>&1
     rc=$?
     cat "$log"
-    resolved=$(env -u LD_LIBRARY_PATH LD_LIBRARY_PATH="${REAL_CUDART_DIR:-}" ldd "$prog" | grep "libcudart.so.13")
-    echo "resolved: $resolved"
-    case $resolved in
-      *"$shim"*) echo "picked up the shim"; exit 1 ;;
-      *"=> /"*) ;;
-      *) echo "no real libcudart.so.13 on this machine"; exit 77 ;;
-    esac
-    if nvidia-smi -L >/dev/null 2>&1; then
-      echo "a GPU is present: the real runtime must pass"
-      exit $rc
-    fi
     [ $rc -eq 3 ] && grep -q "error 35" "$log" || { echo "expected a clean failure with error 35 (rc 3), got rc $rc"; exit 1; }
     ;;
   abi)
+    dyn=$(readelf -d "$lib")
+    grep -q "SONAME.*\[libcuda.so.1\]" <<<"$dyn" || { echo "wrong soname"; exit 1; }
+    [ -s "${EXPORTS:-}" ] || { echo "EXPORTS (the real driver's export list) not set"; exit 1; }
+    syms=$(nm -D --defined-only "$lib" | awk '$2 == "T" || $2 == "W" {sub(/@.*/, "", $3); print $3}' | sort -u)
+    missing=$(comm -23 <(sort -u "$EXPORTS") <(cat <<<"$syms") | head)
+    [ -z "$missing" ] || { echo "exports missing from libcuda.so.1: $missing"; exit 1; }
+    echo "libcuda.so.1 exports all $(sort -u "$EXPORTS" | wc -l) names of the real driver"
+    # And a program loads it with no complaint from ld.so.
     start_worker
     run_prog timeout 60 "$prog" "$@"
     rc=$?
     cat "$log"
     [ $rc -eq 0 ] || exit 1
     if grep -qi "no version information" "$log"; then echo "ld.so version warning"; exit 1; fi
-    syms=$(nm -D --defined-only "$shim/libcudart.so.13")
-    grep -q " A libcudart.so.13$" <<<"$syms" || { echo "no libcudart.so.13 version node"; exit 1; }
-    for sym in cudaMalloc __cudaRegisterFatBinary __cudaLaunchKernel cudaGraphLaunch; do
-      grep -q " $sym@@libcudart.so.13$" <<<"$syms" || { echo "$sym not exported with version libcudart.so.13"; exit 1; }
-    done
-    [ -s "${EXPORTS:-}" ] || { echo "EXPORTS (the real library's export list) not set"; exit 1; }
-    missing=$(comm -23 <(sort -u "$EXPORTS") <(awk '{sub(/@.*/, "", $3); print $3}' <<<"$syms" | sort -u) | head)
-    [ -z "$missing" ] || { echo "exports missing from the shim: $missing"; exit 1; }
-    dyn=$(readelf -d "$shim/libcudart.so.13")
-    grep -q "SONAME.*\[libcudart.so.13\]" <<<"$dyn" || { echo "wrong soname"; exit 1; }
-    # The program's own version requirement is met by the shim (else ld.so warns or fails).
-    grep -q "libcudart.so.13" <<<"$(readelf -V "$prog")" || { echo "program has no libcudart.so.13 version need"; exit 1; }
     ;;
   noworker)
     run_prog timeout 60 "$prog" "$@"
@@ -147,7 +135,7 @@ case $mode in
     [ $rc -ne 0 ] || { echo "ran without a worker?"; exit 1; }
     grep -q "ORDO_REGION" "$log" && grep -q "ordo-worker" "$log" || { echo "the error must name ORDO_REGION and ordo-worker"; exit 1; }
     grep -Eq "error (46|3) " "$log" || { echo "expected error 46 or 3"; exit 1; }
-    env -u ORDO_REGION LD_LIBRARY_PATH="$shim" LD_PRELOAD="$preload" timeout 60 "$prog" "$@" >"$log" 2>&1
+    env -u ORDO_REGION LD_LIBRARY_PATH="$libpath" LD_PRELOAD="$preload" timeout 60 "$prog" "$@" >"$log" 2>&1
     cat "$log"
     grep -q "error 3 " "$log" || { echo "ORDO_REGION unset: expected cudaErrorInitializationError (3)"; exit 1; }
     ;;

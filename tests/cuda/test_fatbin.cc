@@ -16,7 +16,7 @@
 #include "fatbin.h"
 #include "kernels.h"
 
-namespace ordo::cudart {
+namespace ordo::driver {
 namespace {
 
 std::vector<std::byte> load(const char* env) {
@@ -151,18 +151,18 @@ TEST(Fatbin, PtxLayoutArithmeticIsBounded) {
 }
 
 }  // namespace
-}  // namespace ordo::cudart
+}  // namespace ordo::driver
 
 TEST(Fatbin, PackParamsPlacesEachArgumentAndChecksTheLayout) {
-  using ordo::cudart::PackError;
-  ordo::cudart::KernelLayout l;
+  using ordo::driver::PackError;
+  ordo::driver::KernelLayout l;
   l.params = {{0, 4}, {8, 8}};
   l.size = 16;
   int32_t a = 0x11223344;
   int64_t b = 0x0102030405060708;
   void* args[] = {&a, &b};
-  ordo::cudart::ParamBuffer out;
-  ASSERT_EQ(ordo::cudart::pack_params(l, args, &out), PackError::kNone);
+  ordo::driver::ParamBuffer out;
+  ASSERT_EQ(ordo::driver::pack_params(l, args, &out), PackError::kNone);
   ASSERT_EQ(out.size(), 16u);
   int32_t ga;
   int64_t gb;
@@ -172,11 +172,11 @@ TEST(Fatbin, PackParamsPlacesEachArgumentAndChecksTheLayout) {
   EXPECT_EQ(gb, b);
   for (int i = 4; i < 8; ++i) EXPECT_EQ(out[i], std::byte{0}) << i;  // padding is zeroed
   void* missing[] = {&a, nullptr};
-  EXPECT_EQ(ordo::cudart::pack_params(l, missing, &out), PackError::kMissingArgument);
-  EXPECT_EQ(ordo::cudart::pack_params(l, nullptr, &out), PackError::kMissingArgument);
+  EXPECT_EQ(ordo::driver::pack_params(l, missing, &out), PackError::kMissingArgument);
+  EXPECT_EQ(ordo::driver::pack_params(l, nullptr, &out), PackError::kMissingArgument);
   l.params[1].offset = 12;  // runs past the buffer's end: a layout not to trust
-  EXPECT_EQ(ordo::cudart::pack_params(l, args, &out), PackError::kBadLayout);
+  EXPECT_EQ(ordo::driver::pack_params(l, args, &out), PackError::kBadLayout);
   l.params = {};
-  l.size = ordo::cudart::kMaxParamBytes + 1;
-  EXPECT_EQ(ordo::cudart::pack_params(l, nullptr, &out), PackError::kBadLayout);
+  l.size = ordo::driver::kMaxParamBytes + 1;
+  EXPECT_EQ(ordo::driver::pack_params(l, nullptr, &out), PackError::kBadLayout);
 }

@@ -1,4 +1,4 @@
-// The device allocations a guest CUDA library handed out, to tell device from
+// The device allocations libcuda.so.1 handed out, to tell device from
 // host pointers (cudaMemcpyDefault, cuMemcpy, cuPointerGetAttribute): the host
 // GPU's addresses live in another address space and may equal guest host
 // addresses, so only this table can tell.
@@ -8,7 +8,7 @@
 #include <map>
 #include <mutex>
 
-namespace ordo::cudart {
+namespace ordo::driver {
 
 class AddressRanges {
  public:
@@ -43,4 +43,4 @@ class AddressRanges {
   std::map<uint64_t, uint64_t> ranges_;  // base -> size
 };
 
-}  // namespace ordo::cudart
+}  // namespace ordo::driver

@@ -1,4 +1,4 @@
-// Kernel parameter layouts from an nvcc fat binary, for the libcudart shim.
+// Kernel parameter layouts from an nvcc fat binary, for libcuda.so.1.
 //
 // A CUDA program hands the runtime pointers to each kernel argument; the
 // packed parameter buffer a Launch carries (backend.h) needs each parameter's
@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ordo::cudart {
+namespace ordo::driver {
 
 inline constexpr uint32_t kFatbinMagic = 0xBA55ED50;
 inline constexpr uint32_t kFatbinWrapperMagic = 0x466243b1;  // __fatDeviceText
@@ -77,4 +77,4 @@ bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string
                  GlobalSizes* globals = nullptr);
 bool parse_ptx(std::string_view ptx, KernelLayouts* out, std::string* error);
 
-}  // namespace ordo::cudart
+}  // namespace ordo::driver

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <mutex>
 
-namespace ordo::cudart {
+namespace ordo::driver {
 namespace {
 
 template <class T>
@@ -28,7 +28,7 @@ constexpr uint8_t kAttrKparamInfo = 0x17;
 constexpr uint8_t kAttrCbankParamSize = 0x19;
 constexpr uint32_t kShtCudaInfo = 0x70000000;
 
-// libzstd, if the guest has it: the only thing the shim needs it for is
+// libzstd, if the guest has it: the only thing libcuda.so.1 needs it for is
 // reading compressed PTX or cubins, so it is not a build dependency.
 struct Zstd {
   size_t (*decompress)(void*, size_t, const void*, size_t) = nullptr;
@@ -372,4 +372,4 @@ bool parse_fatbin(std::span<const std::byte> image, KernelLayouts* out, std::str
   return true;
 }
 
-}  // namespace ordo::cudart
+}  // namespace ordo::driver

@@ -1,5 +1,5 @@
-// Stream handles as both guest CUDA libraries hand them out (cudaStream_t and
-// CUstream are the same pointer type): the stream id and its generation packed
+// Stream handles as libcuda.so.1 hands them out (and cudart passes them on:
+// cudaStream_t and CUstream are the same pointer type): the stream id and its generation packed
 // into the pointer, so a stale handle is caught by the client, and CUDA's
 // special values for the legacy and the per-thread stream.
 #pragma once
@@ -8,7 +8,7 @@
 
 #include "ordo/client.h"
 
-namespace ordo::cudart {
+namespace ordo::driver {
 
 inline constexpr uintptr_t kStreamTag = 0x5d;
 inline constexpr uintptr_t kLegacyHandle = 0x1;     // cudaStreamLegacy, CU_STREAM_LEGACY
@@ -36,4 +36,4 @@ inline bool stream_of_handle(Client* c, uintptr_t h, bool per_thread, Stream* ou
   return true;
 }
 
-}  // namespace ordo::cudart
+}  // namespace ordo::driver
