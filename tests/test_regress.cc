@@ -603,6 +603,12 @@ TEST(Regress, KernelFaultIsStickyForEveryThread) {
     ASSERT_EQ(c->malloc(&counter, 8), Status::kSuccess);
     Stream a;
     ASSERT_EQ(c->stream_create(&a, kStreamNonBlocking), Status::kSuccess);
+    // One host function before the fault, so the library's host-function
+    // machinery exists when the next one is asked for after it.
+    std::atomic<int> before{0};
+    ASSERT_EQ(c->host_func(kLegacyStream, [&before] { before.fetch_add(1); }), Status::kSuccess);
+    ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+    ASSERT_EQ(before.load(), 1);
     sim::AddU64Args bad{counter + (uint64_t{1} << 32), 1};  // far outside any allocation
     ASSERT_EQ(c->launch(add, {1}, {1}, &bad, sizeof bad, a), Status::kSuccess);
     EXPECT_EQ(c->stream_synchronize(a), Status::kIllegalAddress);
@@ -615,6 +621,16 @@ TEST(Regress, KernelFaultIsStickyForEveryThread) {
       EXPECT_EQ(c->device_synchronize(), Status::kIllegalAddress);
       EXPECT_EQ(c->get_last_error(), Status::kIllegalAddress);
       EXPECT_EQ(c->get_last_error(), Status::kIllegalAddress) << "a sticky error is not cleared by reading it";
+      // Nothing new is created or queued, as with CUDA: a caller told its host
+      // function failed frees what the function uses (cudart does), so it must
+      // never run; a stream handle reported as failed would leak.
+      std::atomic<int> ran{0};
+      EXPECT_EQ(c->host_func(kLegacyStream, [&ran] { ran.fetch_add(1); }), Status::kIllegalAddress);
+      Stream s2{kNoStream, 0};
+      EXPECT_EQ(c->stream_create(&s2, kStreamNonBlocking), Status::kIllegalAddress);
+      EXPECT_EQ(s2.id, kNoStream);
+      std::this_thread::sleep_for(300ms);
+      EXPECT_EQ(ran.load(), 0) << "a host function whose caller was told it failed ran";
     }).join();
     EXPECT_EQ(c->get_last_error(), Status::kIllegalAddress);
     EXPECT_EQ(c->get_last_error(), Status::kIllegalAddress);

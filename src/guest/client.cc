@@ -115,10 +115,15 @@ struct Client::Heap {
 // cannot wake a thread across the VM boundary.
 struct Client::HostFuncs {
   static constexpr uint32_t kSlots = 1024;  // host functions outstanding at once; more wait for one to finish
+  // A caller told its host_func failed (a sticky fault, an earlier async error)
+  // must be able to free what the function uses, as with CUDA, whose callback
+  // then never runs: the function waits for its caller's verdict.
+  enum Verdict : int { kUndecided, kRun, kSkip };
   struct Pending {
     uint32_t slot;
     uint64_t ticket;
     std::function<void()> fn;
+    std::shared_ptr<std::atomic<int>> verdict;
   };
   std::mutex mu;
   std::condition_variable work_cv;  // the runner: new pending functions, or stop
@@ -608,6 +613,8 @@ Status Client::stream_op(Stream s, Entry e, EventState* ev) {
 Status Client::stream_create(Stream* out, uint64_t flags, int priority) {
   ThreadState& t = thread();
   if (!out || (flags & ~kStreamNonBlocking)) return finish_own(t, Status::kInvalidValue);
+  // After a kernel fault the context is dead: CUDA creates nothing and says so.
+  if (const Status f = sticky_error(); !ok(f)) return finish_own(t, f);
   const bool blocking = !(flags & kStreamNonBlocking);
   uint32_t id, r = 0, generation;
   Entry e{};
@@ -1210,6 +1217,7 @@ Status Client::host_func(Stream s, std::function<void()> fn) {
   HostFuncs& h = *host_funcs_;
   uint32_t slot;
   uint64_t ticket;
+  auto verdict = std::make_shared<std::atomic<int>>(HostFuncs::kUndecided);
   {
     std::unique_lock lock(h.mu);
     if (!h.words) {
@@ -1232,7 +1240,7 @@ Status Client::host_func(Stream s, std::function<void()> fn) {
     slot = h.free.back();
     h.free.pop_back();
     ticket = ++h.tickets[slot];
-    h.pending.push_back({slot, ticket, std::move(fn)});
+    h.pending.push_back({slot, ticket, std::move(fn), verdict});
   }
   h.work_cv.notify_one();
   Entry e{};
@@ -1243,7 +1251,9 @@ Status Client::host_func(Stream s, std::function<void()> fn) {
     std::lock_guard lock(b.g->mu);
     push_locked(t, *b.g, b.r, s.id, e, nullptr);
   }
-  return finish_async(t);
+  const Status r = finish_async(t);
+  verdict->store(ok(r) ? HostFuncs::kRun : HostFuncs::kSkip, std::memory_order_release);
+  return r;
 }
 
 void Client::run_host_funcs() {
@@ -1258,7 +1268,8 @@ void Client::run_host_funcs() {
     }
     // Any that was reached, not only the oldest: streams progress independently.
     auto it = std::find_if(h.pending.begin(), h.pending.end(), [&](const HostFuncs::Pending& p) {
-      return h.words[p.slot].reached.load(std::memory_order_acquire) >= p.ticket;
+      return h.words[p.slot].reached.load(std::memory_order_acquire) >= p.ticket &&
+             p.verdict->load(std::memory_order_acquire) != HostFuncs::kUndecided;
     });
     if (it == h.pending.end()) {
       if (lost_.load(std::memory_order_relaxed)) {
@@ -1281,7 +1292,7 @@ void Client::run_host_funcs() {
     h.pending.erase(it);
     lock.unlock();
     try {
-      p.fn();
+      if (p.verdict->load(std::memory_order_acquire) == HostFuncs::kRun) p.fn();
     } catch (...) {
       // A throwing host function must not end the runner (CUDA's would terminate the program).
     }

@@ -1574,14 +1574,21 @@ CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream stream, CUhostFn fn, void* data)
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
   return host_func(stream, true, [fn, data] { fn(data); });
 }
+// A stream callback gets CUDA_SUCCESS or the context's persistent error, as
+// CUDA documents: a kernel fault before it is reported to it (the cuda backend
+// learns of faults only this way).
+CUresult callback_status() {
+  ordo::Client* c = g_client.load(std::memory_order_acquire);
+  return c ? to_cu(c->sticky_error()) : CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuStreamAddCallback(CUstream stream, CUstreamCallback cb, void* data, unsigned int flags) {
   if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  // Errors of earlier work reach the program through its next call, as without ordo.
-  return host_func(stream, false, [cb, stream, data] { cb(stream, CUDA_SUCCESS, data); });
+  return host_func(stream, false, [cb, stream, data] { cb(stream, callback_status(), data); });
 }
 CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream stream, CUstreamCallback cb, void* data, unsigned int flags) {
   if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  return host_func(stream, true, [cb, stream, data] { cb(stream, CUDA_SUCCESS, data); });
+  return host_func(stream, true, [cb, stream, data] { cb(stream, callback_status(), data); });
 }
 
 // ---- events
