@@ -103,6 +103,7 @@ WorkerProcess::~WorkerProcess() {
     unlink(region_.c_str());
     unlink(doorbell_path(region_).c_str());
   }
+  unlink((region_ + ".ready").c_str());  // a worker that restarted (a lost GPU context) wrote it again
   unlink(log_.c_str());
 }
 
@@ -120,7 +121,10 @@ InProcessWorker::InProcessWorker(WorkerOptions o, uint64_t size) {
   std::string err;
   region_ = Region::create(path_, l, &err);
   if (!region_) throw std::runtime_error(err);
-  backend_ = make_backend("sim", &err);
+  // ORDO_TEST_BACKEND=cuda: the stacked suite (tests/stacked) runs these tests
+  // on the cuda backend over ordo's libcuda.so.1.
+  const char* backend = std::getenv("ORDO_TEST_BACKEND");
+  backend_ = make_backend(backend && *backend ? backend : "sim", &err);
   if (!backend_) throw std::runtime_error(err);
   bell_ = DoorbellWaiter::listen(doorbell_path(path_), &err);
   o.quiet = true;

@@ -141,6 +141,12 @@ class Backend {
   // blocking streams' work enqueued so far (never earlier than CUDA).
   virtual void stream_notify(uint32_t stream, std::function<void()> fn) { host_callback(stream, std::move(fn)); }
 
+  // True once the device context is unusable for any session: a kernel fault
+  // on a real GPU, which CUDA ends only with the process. The worker then
+  // restarts itself when the faulting session ends (main.cc). The sim keeps a
+  // fault to its session.
+  virtual bool context_lost() const { return false; }
+
   virtual Status malloc(uint64_t size, uint64_t* device_addr) = 0;
   virtual Status free(uint64_t device_addr) = 0;  // caller made sure no work uses it
   // A module image (fatbin or cubin) registered by the guest, copied out of the region.

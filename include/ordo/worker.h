@@ -70,6 +70,9 @@ class Worker {
   // Serves until stop(); sleeps on the doorbell (if given) when idle.
   void run(DoorbellWaiter* doorbell = nullptr);
   void stop() { stop_.store(true, std::memory_order_relaxed); }
+  // run() returned because the backend lost its device context to a kernel
+  // fault: serving the next session needs a fresh process.
+  bool restart_requested() const { return restart_.load(std::memory_order_relaxed); }
   // One pass over rings and slots; true if anything moved.
   bool poll_once();
 
@@ -162,6 +165,7 @@ class Worker {
   uint64_t beat_seen_ = 0, beat_changed_ns_ = 0;
   std::mt19937_64 chaos_rng_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> restart_{false};
   mutable std::mutex error_mu_;  // slot writes (errors, replies) come from backend threads too
   std::atomic<uint32_t> pending_notifies_{0};  // EventSynchronize callbacks not yet run
   uint64_t session_epoch_ = 0;    // under error_mu_: bumped per reset, so late callbacks of a past session write nothing

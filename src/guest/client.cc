@@ -252,6 +252,9 @@ std::unique_ptr<Client> Client::attach(const std::string& spec, std::string* err
                           std::to_string(options.attach_timeout.count()) + " ms (is ordo-worker still running?)";
       return nullptr;
     }
+    // A worker restarting (after a kernel fault on a GPU) resets the header:
+    // ask again.
+    if (h->guest_session.load(std::memory_order_acquire) == 0) h->guest_session.store(session, std::memory_order_release);
     bell.ring();
     usleep(200);
   }

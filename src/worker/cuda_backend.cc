@@ -393,6 +393,8 @@ class CudaBackend final : public Backend {
     enqueue_callback(n->stream, std::move(fn), nullptr, &n->pending, lk);
   }
 
+  bool context_lost() const override { return lost_.load(std::memory_order_relaxed); }
+
   void host_callback(uint32_t stream, std::function<void()> fn) override {
     ensure_context();
     std::unique_lock lk(mu_);
@@ -739,6 +741,7 @@ class CudaBackend final : public Backend {
     }
     if (pending) pending->fetch_sub(1, std::memory_order_acq_rel);
     lk.unlock();
+    if (sticky(to_status(e))) lost_.store(true, std::memory_order_relaxed);
     if (cb->report) report(cb->tag, to_status(e));
     run_guarded(cb->fn);
   }
@@ -746,6 +749,7 @@ class CudaBackend final : public Backend {
   // On CUDA's callback thread: must not call CUDA.
   static void CUDART_CB on_callback(cudaStream_t, cudaError_t status, void* p) {
     std::unique_ptr<Callback> cb(static_cast<Callback*>(p));
+    if (sticky(to_status(status))) cb->self->lost_.store(true, std::memory_order_relaxed);
     if (status != cudaSuccess && cb->report) cb->self->report(cb->tag, to_status(status));
     run_guarded(cb->fn);
     if (cb->pending) cb->pending->fetch_sub(1, std::memory_order_acq_rel);
@@ -766,6 +770,7 @@ class CudaBackend final : public Backend {
   int32_t attrs_[kDeviceAttributeCount] = {};
 
   std::mutex mu_;
+  std::atomic<bool> lost_{false};  // a kernel fault ended the context (sticky 700/716/719)
   std::vector<cudaStream_t> streams_ = std::vector<cudaStream_t>(kMaxStreams);  // guarded by mu_; by stream id, [0] = cudaStreamLegacy
   std::vector<OpTag> last_tag_ = std::vector<OpTag>(kMaxStreams);  // guarded by mu_
   std::unordered_map<uint32_t, cudaEvent_t> events_;     // guarded by mu_

@@ -14,15 +14,13 @@
 // checked (cuda_backend.cc).
 #include <cstdint>
 
-// Argument structs: the layouts of ordo::sim::*Args in include/ordo/sim.h.
-struct FillU32Args { uint64_t dst; uint64_t count; uint32_t value; uint32_t pad; };
-struct SlowCopyArgs { uint64_t dst; uint64_t src; uint64_t bytes; uint32_t sleep_us; uint32_t pad; };
+// Argument structs: the layouts of ordo::sim::*Args in include/ordo/sim.h
+// (FillU32Args and SlowCopyArgs are parameter lists below).
 struct AddU64Args { uint64_t counter; uint64_t value; };
 struct Stamp { uint64_t start; uint64_t end; };
 struct StampArgs { uint64_t stamps; uint32_t index; uint32_t sleep_us; };
 struct VecAddArgs { uint64_t a; uint64_t b; uint64_t c; uint64_t n; };
-static_assert(sizeof(FillU32Args) == 24 && sizeof(SlowCopyArgs) == 32 && sizeof(AddU64Args) == 16 &&
-              sizeof(StampArgs) == 16 && sizeof(VecAddArgs) == 32);
+static_assert(sizeof(AddU64Args) == 16 && sizeof(StampArgs) == 16 && sizeof(VecAddArgs) == 32);
 
 namespace {
 
@@ -55,17 +53,20 @@ __device__ uint64_t thread_count() {
 
 extern "C" __global__ void ordo_noop() {}
 
-extern "C" __global__ void ordo_fill_u32(FillU32Args a) {
-  uint32_t* dst = reinterpret_cast<uint32_t*>(a.dst);
-  for (uint64_t i = thread_index(); i < a.count; i += thread_count()) dst[i] = a.value;
+// Parameters, not a struct: sim.h's FillU32Args/SlowCopyArgs end in padding
+// that a packed launch buffer leaves out (it ends with the last parameter), and
+// a struct parameter would make the driver expect those bytes too.
+extern "C" __global__ void ordo_fill_u32(uint64_t dst_addr, uint64_t count, uint32_t value) {
+  uint32_t* dst = reinterpret_cast<uint32_t*>(dst_addr);
+  for (uint64_t i = thread_index(); i < count; i += thread_count()) dst[i] = value;
 }
 
 // Every thread waits first, so the source is read late whichever block runs first.
-extern "C" __global__ void ordo_slow_copy(SlowCopyArgs a) {
-  sleep_us(a.sleep_us);
-  unsigned char* dst = reinterpret_cast<unsigned char*>(a.dst);
-  const unsigned char* src = reinterpret_cast<const unsigned char*>(a.src);
-  for (uint64_t i = thread_index(); i < a.bytes; i += thread_count()) dst[i] = src[i];
+extern "C" __global__ void ordo_slow_copy(uint64_t dst_addr, uint64_t src_addr, uint64_t bytes, uint32_t wait_us) {
+  sleep_us(wait_us);
+  unsigned char* dst = reinterpret_cast<unsigned char*>(dst_addr);
+  const unsigned char* src = reinterpret_cast<const unsigned char*>(src_addr);
+  for (uint64_t i = thread_index(); i < bytes; i += thread_count()) dst[i] = src[i];
 }
 
 // A plain read-modify-write, as in the simulator: racing launches lose updates,

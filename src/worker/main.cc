@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -231,6 +232,19 @@ int main(int argc, char** argv) {
   if (stats) {
     auto s = worker.stats();
     std::fprintf(stderr, "%s%s\n", s.table().c_str(), s.json().c_str());
+  }
+  if (worker.restart_requested()) {
+    // CUDA ends a kernel fault's context only with the process. The region
+    // stays as it is until the new process resets it, and a guest that asked
+    // to attach meanwhile asks again (Client::attach).
+    std::fprintf(stderr, "ordo-worker: the session's kernel fault (%s) left the %s backend's device context "
+                         "unusable; restarting to serve the next session with a fresh one\n",
+                 std::string(ordo::status_name(ordo::Status(region->header()->sticky_error.load()))).c_str(),
+                 std::string(backend->name()).c_str());
+    std::fflush(stderr);
+    ::execv("/proc/self/exe", argv);
+    std::fprintf(stderr, "ordo-worker: restart failed: %s; exiting\n", std::strerror(errno));
+    return 1;
   }
   if (!trace_path.empty()) {
     if (!worker.write_trace(trace_path, &err)) {

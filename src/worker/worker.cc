@@ -674,6 +674,7 @@ void Worker::attach_session(uint64_t session) {
 }
 
 void Worker::reset_session() {
+  const bool faulted = sticky_.load(std::memory_order_relaxed) != 0;
   // Let queued device work finish before freeing what it may use.
   std::mutex mu;
   std::condition_variable cv;
@@ -735,6 +736,10 @@ void Worker::reset_session() {
   staged_slots_ = 0;
   attached_ = 0;
   region_.header()->attached_session.store(0, std::memory_order_release);
+  if (faulted && backend_.context_lost()) {
+    restart_.store(true, std::memory_order_relaxed);
+    stop();
+  }
 }
 
 void Worker::check_session(uint64_t now) {

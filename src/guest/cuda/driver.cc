@@ -346,6 +346,9 @@ CUresult size_image(const void* image, const std::byte** data, uint64_t* size, i
   } else {
     *kind = 2;  // PTX text, NUL-terminated
     *size = std::strlen(static_cast<const char*>(image)) + 1;
+    // Anything else is no module: PTX states its version first (after comments).
+    const std::string_view text(static_cast<const char*>(image), *size - 1);
+    if (text.find(".version") == std::string_view::npos) return CUDA_ERROR_INVALID_IMAGE;
   }
   return *size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_IMAGE;
 }
@@ -441,6 +444,10 @@ CUresult get_function(Module* m, const char* name, Function** out) {
   f->module = m;
   f->name = name;
   if (auto it = m->layouts.find(f->name); it != m->layouts.end()) f->layout = &it->second;
+  // Every kernel of a readable image has a layout (cubins: a .nv.info.<kernel>
+  // section each, parameterless ones too; PTX: its .entry): a name without one
+  // is not in the module, whatever a backend without the image would say.
+  else if (m->parse_error.empty() && !m->layouts.empty()) return CUDA_ERROR_NOT_FOUND;
   const Status s = c->kernel_lookup(m->id, f->name, &f->id);
   if (!ok(s)) return to_cu(s);
   Function* raw = f.get();

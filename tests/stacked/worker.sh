@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# ORDO_WORKER for the stacked suite: the cuda backend without a GPU. Takes
+# ordo-worker's arguments and runs the pair
+#
+#   outer: ordo-worker --backend cuda, with ordo's libcuda.so.1 first on the
+#          loader's path: every driver call of the cuda backend becomes a guest
+#          call of ...
+#   inner: ordo-worker --backend sim on a region of its own, which runs the
+#          kernels (the built-ins' twins are the sim's own kernels; --sim-kernels
+#          goes here).
+#
+# --region, --size, --ready-file, --stats, --unordered and everything else go
+# to the outer worker, --backend becomes cuda; --chaos goes to both, so the
+# cuda backend's own stream and event use is shuffled too.
+#
+# Environment: ORDO_STACKED_WORKER (the real ordo-worker), ORDO_STACKED_LIBCUDA
+# (the directory of ordo's libcuda.so.1).
+set -uo pipefail
+real=${ORDO_STACKED_WORKER:?the real ordo-worker}
+libcuda=${ORDO_STACKED_LIBCUDA:?the directory of ordo libcuda.so.1}
+outer=() inner=() region= args=("$@")
+while [ $# -gt 0 ]; do
+  case $1 in
+    --backend) outer+=(--backend cuda); shift 2 ;;
+    --sim-kernels) inner+=("$1" "$2"); shift 2 ;;
+    --chaos) outer+=("$1" "$2"); inner+=("$1" "$2"); shift 2 ;;
+    --region) region=$2; outer+=("$1" "$2"); shift 2 ;;
+    *) outer+=("$1"); shift ;;
+  esac
+done
+# --help, --device-info: no pair needed (the inner's device is what the pair shows)
+[ -n "$region" ] || exec "$real" "${args[@]}"
+printf '%s\n' " ${outer[*]} " | grep -q -- ' --backend ' || outer+=(--backend cuda)
+
+inner_region=$region.inner
+inner_pid= outer_pid=
+cleanup() {
+  [ -n "$outer_pid" ] && kill "$outer_pid" 2>/dev/null && wait "$outer_pid" 2>/dev/null
+  [ -n "$inner_pid" ] && kill "$inner_pid" 2>/dev/null && wait "$inner_pid" 2>/dev/null
+  rm -f "$inner_region" "$inner_region.ready" "$inner_region.doorbell"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+# Both die with this script even if it is killed outright (the test harness's
+# PR_SET_PDEATHSIG reaches only this process).
+setpriv --pdeathsig KILL "$real" --region "$inner_region" --size 512M --backend sim \
+  --ready-file "$inner_region.ready" --guest-timeout 1000 --quiet "${inner[@]}" 2> >(sed 's/^/[inner] /' >&2) &
+inner_pid=$!
+for _ in $(seq 200); do
+  [ -e "$inner_region.ready" ] && break
+  kill -0 "$inner_pid" 2>/dev/null || { echo "stacked: the inner worker exited at start" >&2; exit 1; }
+  sleep 0.025
+done
+[ -e "$inner_region.ready" ] || { echo "stacked: the inner worker did not become ready" >&2; exit 1; }
+ORDO_REGION=$inner_region LD_LIBRARY_PATH=$libcuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+  setpriv --pdeathsig KILL "$real" "${outer[@]}" &
+outer_pid=$!
+wait "$outer_pid"
+rc=$?
+outer_pid=
+exit $rc
