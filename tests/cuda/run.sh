@@ -25,6 +25,7 @@
 set -uo pipefail
 mode=$1 worker=$2 libpath=$3 twins=$4 prog=$5
 shift 5
+args=("$@")
 
 region=/dev/shm/ordo-cuda-test-$$-$RANDOM
 worker_pid=
@@ -56,6 +57,14 @@ preload=$(ldd "$lib" | awk '/lib(asan|ubsan|tsan)\.so/ {print $3}' | sort -u | t
 
 run_prog() {  # run_prog [ENV=V...] ARGS: runs the program through ordo, output to $log
   env ORDO_REGION="$region" LD_LIBRARY_PATH="$libpath" LD_PRELOAD="$preload" "$@" >"$log" 2>&1
+}
+
+run_passing() {  # run_passing [ENV=V...]: a worker, then the program with ARGS; it must exit 0
+  start_worker
+  run_prog "$@" timeout 120 "$prog" "${args[@]}"
+  local rc=$?
+  cat "$log"
+  [ $rc -eq 0 ] || exit 1
 }
 
 case $mode in
@@ -91,11 +100,7 @@ case $mode in
     exit 1
     ;;
   unsupported)
-    start_worker
-    run_prog timeout 120 "$prog" "$@"
-    rc=$?
-    cat "$log"
-    [ $rc -eq 0 ] || exit 1
+    run_passing
     for api in ${UNSUPPORTED:?the APIs the program calls that ordo does not support}; do
       n=$(grep -c "^ordo: $api is not supported by the ordo guest library$" "$log")
       [ "$n" -eq 1 ] || { echo "expected one 'not supported' line for $api, got $n"; exit 1; }
@@ -121,11 +126,7 @@ case $mode in
     [ -z "$missing" ] || { echo "exports missing from libcuda.so.1: $missing"; exit 1; }
     echo "libcuda.so.1 exports all $(sort -u "$EXPORTS" | wc -l) names of the real driver"
     # And a program loads it with no complaint from ld.so.
-    start_worker
-    run_prog timeout 60 "$prog" "$@"
-    rc=$?
-    cat "$log"
-    [ $rc -eq 0 ] || exit 1
+    run_passing
     if grep -qi "no version information" "$log"; then echo "ld.so version warning"; exit 1; fi
     ;;
   noworker)
@@ -140,22 +141,14 @@ case $mode in
     grep -q "error 3 " "$log" || { echo "ORDO_REGION unset: expected cudaErrorInitializationError (3)"; exit 1; }
     ;;
   trace)
-    start_worker
-    run_prog ORDO_DRIVER_TRACE=1 timeout 120 "$prog" "$@"
-    rc=$?
-    cat "$log"
-    [ $rc -eq 0 ] || exit 1
+    run_passing ORDO_DRIVER_TRACE=1
     for line in "cuDeviceGetCount -> 0 CUDA_SUCCESS" "cuLaunchKernel -> 0 CUDA_SUCCESS" \
                 "cuStreamQuery -> 400 CUDA_ERROR_INVALID_HANDLE"; do
       grep -q "^ordo-trace: $line$" "$log" || { echo "no trace line '$line'"; exit 1; }
     done
     ;;
   props)
-    start_worker
-    run_prog timeout 120 "$prog" "$@"
-    rc=$?
-    cat "$log"
-    [ $rc -eq 0 ] || exit 1
+    run_passing
     want=$("$worker" --device-info --backend sim) || { echo "ordo-worker --device-info failed"; exit 1; }
     n=$(grep -c '=' "$log")
     [ "$n" -ge 50 ] || { echo "expected at least 50 properties, got $n"; exit 1; }
