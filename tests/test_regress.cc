@@ -591,18 +591,30 @@ TEST(Regress, HostFunctionsRunAsynchronously) {
 }
 
 
+// A session ready to fault: ordo_add_u64, a counter to add to and a
+// non-blocking stream to launch on.
+struct FaultRig {
+  std::unique_ptr<Client> c;
+  uint32_t add = 0;
+  uint64_t counter = 0;
+  Stream a;
+};
+FaultRig fault_rig(WorkerProcess& w) {
+  FaultRig r;
+  r.c = w.attach(quick_timeout());
+  r.add = kernel(*r.c, "ordo_add_u64");
+  if (r.c->malloc(&r.counter, 8) != Status::kSuccess || r.c->stream_create(&r.a, kStreamNonBlocking) != Status::kSuccess)
+    throw std::runtime_error("fault_rig: malloc or stream_create failed");
+  return r;
+}
+
 // Class 9: a kernel's illegal memory access is CUDA's 700, sticky for the
 // context: every later call of every thread fails with it, and
 // cudaGetLastError keeps returning it.
 TEST(Regress, KernelFaultIsStickyForEveryThread) {
   WorkerProcess w;
   with_deadline(w, 30s, [&] {
-    auto c = w.attach(quick_timeout());
-    const uint32_t add = kernel(*c, "ordo_add_u64");
-    uint64_t counter = 0;
-    ASSERT_EQ(c->malloc(&counter, 8), Status::kSuccess);
-    Stream a;
-    ASSERT_EQ(c->stream_create(&a, kStreamNonBlocking), Status::kSuccess);
+    auto [c, add, counter, a] = fault_rig(w);
     // One host function before the fault, so the library's host-function
     // machinery exists when the next one is asked for after it.
     std::atomic<int> before{0};
@@ -664,12 +676,7 @@ TEST(Regress, AnAsyncCallNeverReportsItsOwnFailure) {
       }
     }
     for (int i = 0; i < 40; ++i) {  // a fault is sticky: a session each
-      auto c = w.attach(quick_timeout());
-      const uint32_t add = kernel(*c, "ordo_add_u64");
-      uint64_t counter = 0;
-      ASSERT_EQ(c->malloc(&counter, 8), Status::kSuccess);
-      Stream a;
-      ASSERT_EQ(c->stream_create(&a, kStreamNonBlocking), Status::kSuccess);
+      auto [c, add, counter, a] = fault_rig(w);
       sim::AddU64Args bad{counter + (uint64_t{1} << 32), 1};
       ASSERT_EQ(c->launch(add, {1}, {1}, &bad, sizeof bad, a), Status::kSuccess) << "iteration " << i;
       ASSERT_EQ(c->stream_synchronize(a), Status::kIllegalAddress) << "iteration " << i;
