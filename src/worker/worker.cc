@@ -736,7 +736,8 @@ void Worker::reset_session() {
   staged_slots_ = 0;
   attached_ = 0;
   region_.header()->attached_session.store(0, std::memory_order_release);
-  if (faulted && backend_.context_lost()) {
+  // Not when stopping: a worker told to stop while a faulted session is attached exits.
+  if (faulted && backend_.context_lost() && !stop_.load(std::memory_order_relaxed)) {
     restart_.store(true, std::memory_order_relaxed);
     stop();
   }
