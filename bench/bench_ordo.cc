@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -79,6 +80,7 @@ struct Config {
   bool blocking = false;      // blocking streams (they order against the legacy stream)
   bool idle_sleep = false;    // the worker's default idle policy: sleep after 200 us without work
   bool trace = false;         // WorkerOptions::trace (ordo-worker --trace)
+  uint32_t region_mb = 64;    // the region's size (a power of two)
 };
 
 // A worker thread on a fresh region, one client, and the streams the threads use.
@@ -89,7 +91,7 @@ class Env {
     static int n = 0;
     path_ = "/dev/shm/ordo-bench-" + std::to_string(getpid()) + "-" + std::to_string(n++);
     ordo::Layout l;
-    if (!ordo::plan_default_layout(64u << 20, &l)) die("plan_default_layout failed");
+    if (!ordo::plan_default_layout(uint64_t{c.region_mb} << 20, &l)) die("plan_default_layout failed");
     std::string err;
     region_ = ordo::Region::create(path_, l, &err);
     if (!region_) die(err);
@@ -211,6 +213,81 @@ void BM_NullCall(benchmark::State& state) {
 }
 BENCHMARK(BM_NullCall)->Name("ordo/sync_null_call")->Setup(setup<Config{}>)->Teardown(teardown)
     ->UseRealTime()->MinTime(kMinTime);
+
+// ---- copies -----------------------------------------------------------------
+//
+// Synchronous copies of 4 KiB to 256 MiB through ordo against memcpy of the
+// same size in this process (issue 12's figures): pageable host memory goes
+// through the stream's staging window in chunks, pinned memory (malloc_host,
+// the region's heap) is copied by the worker directly. On the null backend
+// the device side does nothing: what is left is the transport. The region is
+// 1 GiB so a 256 MiB pinned buffer fits its heap.
+
+constexpr Config kCopySim{.sim = true, .region_mb = 1024};
+constexpr Config kCopyNull{.region_mb = 1024};
+
+enum class Dir { kH2D, kD2H };
+
+template <Dir D, bool kPinned>
+void BM_Copy(benchmark::State& state) {
+  ordo::Client& c = g_env->client();
+  const uint64_t n = uint64_t(state.range(0));
+  uint64_t dev = 0;
+  if (!ok(c.malloc(&dev, n))) {
+    state.SkipWithError("malloc failed");
+    return;
+  }
+  std::vector<std::byte> pageable;
+  void* host = nullptr;
+  if (kPinned) {
+    if (!ok(c.malloc_host(&host, n))) {
+      state.SkipWithError("malloc_host failed (the region's heap is too small)");
+      c.free(dev);
+      return;
+    }
+    std::memset(host, 1, n);
+  } else {
+    pageable.assign(n, std::byte{1});  // touched: page faults are not the copy's
+    host = pageable.data();
+  }
+  for (auto _ : state) {
+    const Status st = D == Dir::kH2D ? c.memcpy_h2d(dev, host, n) : c.memcpy_d2h(host, dev, n);
+    if (!ok(st)) {
+      state.SkipWithError("copy failed");
+      break;
+    }
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(n));
+  if (kPinned) c.free_host(host);
+  c.free(dev);
+}
+
+// The baseline: one memcpy of the same size between two touched buffers.
+void BM_Memcpy(benchmark::State& state) {
+  const size_t n = size_t(state.range(0));
+  std::vector<std::byte> a(n, std::byte{1}), b(n, std::byte{0});
+  for (auto _ : state) {
+    std::memcpy(b.data(), a.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(n));
+}
+
+void copy_sizes(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {int64_t{4} << 10, int64_t{64} << 10, int64_t{1} << 20, int64_t{16} << 20, int64_t{256} << 20})
+    b->Arg(n);
+}
+
+#define ORDO_COPY_BENCH(backend, config, kind, pinned)                                                      \
+  BENCHMARK(BM_Copy<Dir::kH2D, pinned>)->Name("copy/" backend "/" kind "_h2d")->Apply(copy_sizes)           \
+      ->Setup(setup<config>)->Teardown(teardown)->UseRealTime()->MinTime(kMinTime);                        \
+  BENCHMARK(BM_Copy<Dir::kD2H, pinned>)->Name("copy/" backend "/" kind "_d2h")->Apply(copy_sizes)           \
+      ->Setup(setup<config>)->Teardown(teardown)->UseRealTime()->MinTime(kMinTime)
+ORDO_COPY_BENCH("sim", kCopySim, "pageable", false);
+ORDO_COPY_BENCH("sim", kCopySim, "pinned", true);
+ORDO_COPY_BENCH("null", kCopyNull, "pageable", false);
+ORDO_COPY_BENCH("null", kCopyNull, "pinned", true);
+BENCHMARK(BM_Memcpy)->Name("baseline/memcpy")->Apply(copy_sizes)->UseRealTime()->MinTime(kMinTime);
 
 // Diagnostic: one Worker::poll_once() with nothing to do (no worker thread; an
 // attached but idle client, its legacy ring and 64 idle reply slots). A request
