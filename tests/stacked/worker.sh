@@ -16,8 +16,7 @@
 # Environment: ORDO_STACKED_WORKER (the real ordo-worker), ORDO_STACKED_LIBCUDA
 # (the directory of ordo's libcuda.so.1).
 set -uo pipefail
-real=${ORDO_STACKED_WORKER:?the real ordo-worker}
-libcuda=${ORDO_STACKED_LIBCUDA:?the directory of ordo libcuda.so.1}
+source "$(dirname "$0")/inner.sh"
 outer=() inner=() region= args=("$@")
 while [ $# -gt 0 ]; do
   case $1 in
@@ -32,28 +31,18 @@ done
 [ -n "$region" ] || exec "$real" "${args[@]}"
 printf '%s\n' " ${outer[*]} " | grep -q -- ' --backend ' || outer+=(--backend cuda)
 
-inner_region=$region.inner
-inner_pid= outer_pid=
+outer_pid=
 cleanup() {
   [ -n "$outer_pid" ] && kill "$outer_pid" 2>/dev/null && wait "$outer_pid" 2>/dev/null
-  [ -n "$inner_pid" ] && kill "$inner_pid" 2>/dev/null && wait "$inner_pid" 2>/dev/null
-  rm -f "$inner_region" "$inner_region.ready" "$inner_region.doorbell"
+  stop_inner
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
-# Both die with this script even if it is killed outright (the test harness's
-# PR_SET_PDEATHSIG reaches only this process).
-setpriv --pdeathsig KILL "$real" --region "$inner_region" --size 512M --backend sim \
-  --ready-file "$inner_region.ready" --guest-timeout 1000 --quiet "${inner[@]}" 2> >(sed 's/^/[inner] /' >&2) &
-inner_pid=$!
-for _ in $(seq 200); do
-  [ -e "$inner_region.ready" ] && break
-  kill -0 "$inner_pid" 2>/dev/null || { echo "stacked: the inner worker exited at start" >&2; exit 1; }
-  sleep 0.025
-done
-[ -e "$inner_region.ready" ] || { echo "stacked: the inner worker did not become ready" >&2; exit 1; }
-ORDO_REGION=$inner_region LD_LIBRARY_PATH=$libcuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-  setpriv --pdeathsig KILL "$real" "${outer[@]}" &
+# Both workers die with this script even if it is killed outright (the test
+# harness's PR_SET_PDEATHSIG reaches only this process).
+start_inner "$region.inner" "${inner[@]}"
+export_inner_env
+setpriv --pdeathsig KILL "$real" "${outer[@]}" &
 outer_pid=$!
 wait "$outer_pid"
 rc=$?
