@@ -674,7 +674,6 @@ void Worker::attach_session(uint64_t session) {
 }
 
 void Worker::reset_session() {
-  const bool faulted = sticky_.load(std::memory_order_relaxed) != 0;
   // Let queued device work finish before freeing what it may use.
   std::mutex mu;
   std::condition_variable cv;
@@ -736,8 +735,9 @@ void Worker::reset_session() {
   staged_slots_ = 0;
   attached_ = 0;
   region_.header()->attached_session.store(0, std::memory_order_release);
-  // Not when stopping: a worker told to stop while a faulted session is attached exits.
-  if (faulted && backend_.context_lost() && !stop_.load(std::memory_order_relaxed)) {
+  // The fault stays in sticky_ until the next attach. Not when stopping: a
+  // worker told to stop while a faulted session is attached exits.
+  if (sticky_.load(std::memory_order_relaxed) && backend_.context_lost() && !stop_.load(std::memory_order_relaxed)) {
     restart_.store(true, std::memory_order_relaxed);
     stop();
   }

@@ -38,8 +38,6 @@ namespace ordo::driver {
 namespace {
 
 using ordo::Status;
-using ordo::driver::KernelLayout;
-using ordo::driver::KernelLayouts;
 
 // ---------------------------------------------------------------- status
 
@@ -206,10 +204,10 @@ StreamMeta* stream_meta() {
   return m;
 }
 
-CUstream to_handle(ordo::Stream s) { return reinterpret_cast<CUstream>(ordo::driver::stream_handle(s)); }
+CUstream to_handle(ordo::Stream s) { return reinterpret_cast<CUstream>(stream_handle(s)); }
 
 bool from_handle(ordo::Client* c, CUstream h, bool per_thread, ordo::Stream* out) {
-  return ordo::driver::stream_of_handle(c, reinterpret_cast<uintptr_t>(h), per_thread, out);
+  return stream_of_handle(c, reinterpret_cast<uintptr_t>(h), per_thread, out);
 }
 
 #define STREAM(c, h, pt, s) \
@@ -220,13 +218,13 @@ ordo::Event to_event(CUevent e) { return {reinterpret_cast<uintptr_t>(e)}; }
 
 // ---------------------------------------------------------------- memory the program holds
 
-ordo::driver::AddressRanges& device_allocs() {
-  static auto* r = new ordo::driver::AddressRanges;  // never destroyed: used from atexit handlers
+AddressRanges& device_allocs() {
+  static auto* r = new AddressRanges;  // never destroyed: used from atexit handlers
   return *r;
 }
 
 // Host memory the program registered or allocated page-locked, with its flags.
-struct HostRanges : ordo::driver::AddressRanges {
+struct HostRanges : AddressRanges {
   std::mutex flags_mu;
   std::map<uint64_t, unsigned> flags;  // base -> flags
 };
@@ -259,7 +257,7 @@ struct Module {
   uint64_t key = 0;  // of its Image
   uint32_t id = 0;   // the worker's module id
   KernelLayouts layouts;
-  ordo::driver::GlobalSizes global_sizes;
+  GlobalSizes global_sizes;
   std::string parse_error;
   std::mutex mu;
   std::map<std::string, std::unique_ptr<Function>, std::less<>> functions;
@@ -327,7 +325,7 @@ CUresult size_image(const void* image, const std::byte** data, uint64_t* size, i
   if (!image) return CUDA_ERROR_INVALID_VALUE;
   uint32_t magic;
   std::memcpy(&magic, image, 4);
-  if (magic == ordo::driver::kFatbinWrapperMagic) {
+  if (magic == kFatbinWrapperMagic) {
     struct Wrapper {
       int magic, version;
       const void* data;
@@ -337,9 +335,9 @@ CUresult size_image(const void* image, const std::byte** data, uint64_t* size, i
     return size_image(w.data, data, size, kind);
   }
   *data = static_cast<const std::byte*>(image);
-  if (magic == ordo::driver::kFatbinMagic) {
+  if (magic == kFatbinMagic) {
     *kind = 0;
-    *size = ordo::driver::fatbin_size(image);
+    *size = fatbin_size(image);
   } else if (magic == 0x464c457f) {  // "\x7fELF"
     *kind = 1;
     *size = elf_size(*data);
@@ -367,9 +365,9 @@ CUresult load_module(const void* image, Module** out) {
   if (CUresult e = size_image(image, &data, &size, &kind); e != CUDA_SUCCESS) return e;
   auto m = std::make_unique<Module>();
   const std::span<const std::byte> bytes(data, size);
-  bool parsed = kind == 0 ? ordo::driver::parse_fatbin(bytes, &m->layouts, &m->parse_error, &m->global_sizes)
-              : kind == 1 ? ordo::driver::parse_cubin(bytes, &m->layouts, &m->parse_error, &m->global_sizes)
-                          : ordo::driver::parse_ptx({reinterpret_cast<const char*>(data), size - 1}, &m->layouts,
+  bool parsed = kind == 0 ? parse_fatbin(bytes, &m->layouts, &m->parse_error, &m->global_sizes)
+              : kind == 1 ? parse_cubin(bytes, &m->layouts, &m->parse_error, &m->global_sizes)
+                          : parse_ptx({reinterpret_cast<const char*>(data), size - 1}, &m->layouts,
                                                     &m->parse_error);
   (void)parsed;  // kernels without a layout fail when fetched, naming themselves
   m->key = hash_image(data, size);
@@ -490,7 +488,7 @@ CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stre
   STREAM(c, stream, per_thread, s);
   const void* buf = nullptr;
   uint64_t size = 0;
-  ordo::driver::ParamBuffer packed;
+  ParamBuffer packed;
   if (extra) {
     // {CU_LAUNCH_PARAM_BUFFER_POINTER, p, CU_LAUNCH_PARAM_BUFFER_SIZE, &n, CU_LAUNCH_PARAM_END}: already packed.
     for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
@@ -505,15 +503,15 @@ CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stre
                    f->name.c_str(), f->module->parse_error.empty() ? "" : ": ", f->module->parse_error.c_str());
       return CUDA_ERROR_INVALID_IMAGE;
     }
-    switch (ordo::driver::pack_params(*f->layout, params, &packed)) {
-      case ordo::driver::PackError::kNone: break;
-      case ordo::driver::PackError::kMissingArgument: return CUDA_ERROR_INVALID_VALUE;
-      case ordo::driver::PackError::kBadLayout: return CUDA_ERROR_INVALID_IMAGE;
+    switch (pack_params(*f->layout, params, &packed)) {
+      case PackError::kNone: break;
+      case PackError::kMissingArgument: return CUDA_ERROR_INVALID_VALUE;
+      case PackError::kBadLayout: return CUDA_ERROR_INVALID_IMAGE;
     }
     buf = packed.data();
     size = packed.size();
   }
-  if (size > ordo::driver::kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
+  if (size > kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
   if (smem > unsigned(f->max_dynamic_smem.load(std::memory_order_relaxed)) && smem > 48 * 1024)
     return CUDA_ERROR_INVALID_VALUE;
   return to_cu(c->launch(f->id, grid, block, buf, uint32_t(size), s, smem));
