@@ -230,7 +230,7 @@ void register_all() {
   benchmark::RegisterBenchmark("SyncIdle/Native", SyncIdle_Native)->UseRealTime()->MinTime(0.3);
   benchmark::RegisterBenchmark("SyncIdle/Remote", SyncIdle_Remote)->UseRealTime()->MinTime(0.3);
   auto sizes = [](benchmark::internal::Benchmark* b) {
-    b->RangeMultiplier(4)->Range(4 << 10, int64_t(kMaxCopy))->UseRealTime()->MinTime(0.1);
+    b->RangeMultiplier(16)->Range(4 << 10, int64_t(kMaxCopy))->UseRealTime()->MinTime(0.1);
   };
   sizes(benchmark::RegisterBenchmark("Copy/Native/H2D/Pageable", Copy_Native<kH2D, kPageable>));
   sizes(benchmark::RegisterBenchmark("Copy/Remote/H2D/Pageable", Copy_Remote<kH2D, kPageable>));

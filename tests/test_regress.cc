@@ -26,7 +26,7 @@
 
 namespace ordo {
 // gtest prints a Status by name instead of as raw bytes.
-inline void PrintTo(Status s, std::ostream* os) { *os << status_name(s); }
+inline void PrintTo(Status s, std::ostream* os) { *os << status_name(s) << " (" << int32_t(s) << ")"; }
 }  // namespace ordo
 
 namespace ordo::test {
@@ -623,29 +623,32 @@ TEST(Regress, KernelFaultIsStickyForEveryThread) {
     ASSERT_EQ(before.load(), 1);
     sim::AddU64Args bad{counter + (uint64_t{1} << 32), 1};  // far outside any allocation
     ASSERT_EQ(c->launch(add, {1}, {1}, &bad, sizeof bad, a), Status::kSuccess);
-    EXPECT_EQ(c->stream_synchronize(a), Status::kIllegalAddress);
+    // The sim reports 700; an H200 reports an atomic far outside any
+    // allocation as 717 (cudaErrorInvalidAddressSpace). Either is sticky.
+    const Status fault = c->stream_synchronize(a);
+    EXPECT_TRUE(sticky(fault)) << "a kernel fault reported as " << status_name(fault) << " (" << int32_t(fault) << ")";
     // Another thread that never touched stream a sees the fault in every call.
     std::thread([&] {
       uint64_t d = 0;
-      EXPECT_EQ(c->malloc(&d, 64), Status::kIllegalAddress);
+      EXPECT_EQ(c->malloc(&d, 64), fault);
       sim::AddU64Args good{counter, 1};
-      EXPECT_EQ(c->launch(add, {1}, {1}, &good, sizeof good, kLegacyStream), Status::kIllegalAddress);
-      EXPECT_EQ(c->device_synchronize(), Status::kIllegalAddress);
-      EXPECT_EQ(c->get_last_error(), Status::kIllegalAddress);
-      EXPECT_EQ(c->get_last_error(), Status::kIllegalAddress) << "a sticky error is not cleared by reading it";
+      EXPECT_EQ(c->launch(add, {1}, {1}, &good, sizeof good, kLegacyStream), fault);
+      EXPECT_EQ(c->device_synchronize(), fault);
+      EXPECT_EQ(c->get_last_error(), fault);
+      EXPECT_EQ(c->get_last_error(), fault) << "a sticky error is not cleared by reading it";
       // Nothing new is created or queued, as with CUDA: a caller told its host
       // function failed frees what the function uses (cudart does), so it must
       // never run; a stream handle reported as failed would leak.
       std::atomic<int> ran{0};
-      EXPECT_EQ(c->host_func(kLegacyStream, [&ran] { ran.fetch_add(1); }), Status::kIllegalAddress);
+      EXPECT_EQ(c->host_func(kLegacyStream, [&ran] { ran.fetch_add(1); }), fault);
       Stream s2{kNoStream, 0};
-      EXPECT_EQ(c->stream_create(&s2, kStreamNonBlocking), Status::kIllegalAddress);
+      EXPECT_EQ(c->stream_create(&s2, kStreamNonBlocking), fault);
       EXPECT_EQ(s2.id, kNoStream);
       std::this_thread::sleep_for(300ms);
       EXPECT_EQ(ran.load(), 0) << "a host function whose caller was told it failed ran";
     }).join();
-    EXPECT_EQ(c->get_last_error(), Status::kIllegalAddress);
-    EXPECT_EQ(c->get_last_error(), Status::kIllegalAddress);
+    EXPECT_EQ(c->get_last_error(), fault);
+    EXPECT_EQ(c->get_last_error(), fault);
     // A new process (session) starts clean.
     c.reset();
     auto fresh = w.attach(quick_timeout());
@@ -679,7 +682,8 @@ TEST(Regress, AnAsyncCallNeverReportsItsOwnFailure) {
       auto [c, add, counter, a] = fault_rig(w);
       sim::AddU64Args bad{counter + (uint64_t{1} << 32), 1};
       ASSERT_EQ(c->launch(add, {1}, {1}, &bad, sizeof bad, a), Status::kSuccess) << "iteration " << i;
-      ASSERT_EQ(c->stream_synchronize(a), Status::kIllegalAddress) << "iteration " << i;
+      const Status fault = c->stream_synchronize(a);
+      ASSERT_TRUE(sticky(fault)) << "iteration " << i << ": " << status_name(fault) << " (" << int32_t(fault) << ")";
     }
   });
 }
@@ -701,12 +705,14 @@ TEST(Regress, DynamicSharedMemoryAboveTheDeviceLimitFailsAtLaunch) {
 }
 
 
-// Class 6: cudaStreamSynchronize of the legacy stream waits for the work issued
-// to the legacy stream, which itself waited for the blocking streams' work
-// issued before it, and for nothing issued after it: CUDA documents that
-// actions taken *in* the legacy stream (launches, copies, waits, records)
-// synchronize with blocking streams, and a synchronize or query is not one.
-TEST(Regress, LegacyStreamSynchronizeCoversTheLegacyStreamOnly) {
+// Class 6: cudaStreamSynchronize and cudaStreamQuery of the legacy stream
+// cover the blocking streams' work issued before them, also work issued after
+// the legacy stream's last work, as a launch there would. CUDA's documentation
+// leaves it open; the driver does (an H200, driver 580: the synchronize waited
+// 290 ms for such work and the query said not ready), and programs that use
+// cudaStreamSynchronize(0) as a barrier rely on it. Before the fix ordo covered
+// the legacy stream's own work only.
+TEST(Regress, LegacyStreamSynchronizeCoversEarlierBlockingWork) {
   WorkerProcess w;
   with_deadline(w, 30s, [&] {
     auto c = w.attach(quick_timeout());
@@ -716,32 +722,32 @@ TEST(Regress, LegacyStreamSynchronizeCoversTheLegacyStreamOnly) {
     Stream b, n;
     ASSERT_EQ(c->stream_create(&b), Status::kSuccess);  // blocking
     ASSERT_EQ(c->stream_create(&n, kStreamNonBlocking), Status::kSuccess);
-    sim::StampArgs before{d, 0, 20000}, legacy{d, 1, 0}, after{d, 2, 400000}, probe{d, 3, 0};
+    sim::StampArgs before{d, 0, 20000}, legacy{d, 1, 0}, after{d, 2, 300000}, probe{d, 3, 0};
     ASSERT_EQ(c->launch(k, {1}, {1}, &before, sizeof before, b), Status::kSuccess);
     ASSERT_EQ(c->launch(k, {1}, {1}, &legacy, sizeof legacy, kLegacyStream), Status::kSuccess);
     ASSERT_EQ(c->launch(k, {1}, {1}, &after, sizeof after, b), Status::kSuccess);
-    // Let the worker dispatch `after` first: a fence that is stream work would now wait for it.
-    std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(50ms);  // the legacy stream's own work is done by now
+    (void)c->stream_query(kLegacyStream);  // the first query may only ask the worker to report
+    std::this_thread::sleep_for(30ms);
+    EXPECT_EQ(c->stream_query(kLegacyStream), Status::kNotReady)
+        << "querying the legacy stream ignored blocking-stream work issued before the query";
     ASSERT_EQ(c->stream_synchronize(kLegacyStream), Status::kSuccess);
-    // Independent work issued now starts while `after` still runs, unless the
-    // synchronize waited for it.
+    // Work on a non-blocking stream, which waits for nothing else, starts after `after` ended.
     ASSERT_EQ(c->launch(k, {1}, {1}, &probe, sizeof probe, n), Status::kSuccess);
-    ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
     sim::Stamp st[4];
-    ASSERT_EQ(c->memcpy_d2h(st, d, sizeof st), Status::kSuccess);
+    ASSERT_EQ(c->memcpy_d2h_async(st, d, sizeof st, n), Status::kSuccess);
+    ASSERT_EQ(c->stream_synchronize(n), Status::kSuccess);
     EXPECT_LT(st[0].end, st[1].start) << "legacy work overtook earlier blocking work";
     EXPECT_LT(st[1].end, st[2].start) << "blocking work overtook earlier legacy work";
-    EXPECT_LT(st[3].start, st[2].end)
-        << "synchronizing the legacy stream waited for blocking-stream work issued after its last work";
+    EXPECT_NE(st[2].end, 0u);
+    EXPECT_GT(st[3].start, st[2].end)
+        << "synchronizing the legacy stream returned before blocking-stream work issued before it";
+    EXPECT_EQ(c->stream_query(kLegacyStream), Status::kSuccess);
     EXPECT_EQ(c->stream_destroy(b), Status::kSuccess);
     EXPECT_EQ(c->stream_destroy(n), Status::kSuccess);
   });
 }
 
-
-// Class 7: a stream that shares its ring (more streams than rings) is
-// synchronized alone: cudaStreamSynchronize does not wait for a ring-mate's
-// long kernel.
 TEST(Regress, SynchronizingASharedRingStreamWaitsForItAlone) {
   WorkerProcess w;
   with_deadline(w, 30s, [&] {

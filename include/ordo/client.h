@@ -170,6 +170,7 @@ class Client {
   Status wait_targets(ThreadState& t, const std::vector<std::pair<uint32_t, uint64_t>>& targets);
   // fence_target for what legacy-stream work follows on ring r: its blocking streams' work.
   void fence_blocking(ThreadState& t, uint32_t r, std::vector<std::pair<uint32_t, uint64_t>>* targets);
+  void legacy_targets(ThreadState& t, std::vector<std::pair<uint32_t, uint64_t>>* targets);
   Status call(Entry e, uint64_t* r0 = nullptr, uint64_t* r1 = nullptr, const std::string* payload = nullptr,
               void* reply_payload = nullptr, size_t reply_size = 0);
   Status wait_worker(const std::atomic<uint64_t>& word, uint64_t target);

@@ -25,18 +25,40 @@ enum class Status : int32_t {
   kNotReady = 600,                 // cudaErrorNotReady
   kIllegalAddress = 700,           // cudaErrorIllegalAddress
   kLaunchOutOfResources = 701,     // cudaErrorLaunchOutOfResources
+  kLaunchTimeout = 702,            // cudaErrorLaunchTimeout
+  kAssert = 710,                   // cudaErrorAssert: a device-side assert
+  kHardwareStackError = 714,       // cudaErrorHardwareStackError
+  kIllegalInstruction = 715,       // cudaErrorIllegalInstruction
   kMisalignedAddress = 716,        // cudaErrorMisalignedAddress
+  kInvalidAddressSpace = 717,      // cudaErrorInvalidAddressSpace
+  kInvalidPc = 718,                // cudaErrorInvalidPc
   kLaunchFailure = 719,            // cudaErrorLaunchFailure
   kNotSupported = 801,             // cudaErrorNotSupported
 };
 
 constexpr bool ok(Status s) { return s == Status::kSuccess; }
 // A kernel fault: CUDA's context is unusable afterwards, and every later call
-// of every thread returns the same error until the process ends.
+// of every thread returns the same error until the process ends. These are the
+// codes CUDA documents so ("the process must be terminated and relaunched").
 constexpr bool sticky(Status s) {
-  return s == Status::kIllegalAddress || s == Status::kMisalignedAddress || s == Status::kLaunchFailure;
+  switch (s) {
+    case Status::kIllegalAddress:
+    case Status::kLaunchTimeout:
+    case Status::kAssert:
+    case Status::kHardwareStackError:
+    case Status::kIllegalInstruction:
+    case Status::kMisalignedAddress:
+    case Status::kInvalidAddressSpace:
+    case Status::kInvalidPc:
+    case Status::kLaunchFailure:
+      return true;
+    default:
+      return false;
+  }
 }
 
+// A short description; codes ordo does not name (a real driver's other errors
+// pass through the cuda backend unchanged) read "CUDA error" and need the number.
 std::string_view status_name(Status s);
 
 }  // namespace ordo

@@ -721,13 +721,30 @@ Status Client::stream_synchronize(Stream s) {
   }
   std::vector<std::pair<uint32_t, uint64_t>> targets;
   fence_target(t, b.r, &targets);
+  if (opt_.ordered && s.id == kLegacyStreamId) legacy_targets(t, &targets);
   return wait_targets(t, targets);
+}
+
+// Synchronizing or querying the legacy stream covers every blocking stream's
+// work issued before it too, as a launch there would: measured on an H200
+// (driver 580), cudaStreamSynchronize(0) waited for blocking-stream work issued
+// after the legacy stream's last work, and cudaStreamQuery(0) said not ready.
+void Client::legacy_targets(ThreadState& t, std::vector<std::pair<uint32_t, uint64_t>>* targets) {
+  for (uint32_t r = 1; r < rings_.size(); ++r) fence_blocking(t, r, targets);
 }
 
 Status Client::stream_query(Stream s) {
   ThreadState& t = thread();
   Bound b;
   if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
+  if (opt_.ordered && s.id == kLegacyStreamId) {
+    std::vector<std::pair<uint32_t, uint64_t>> targets;
+    fence_target(t, b.r, &targets);
+    legacy_targets(t, &targets);
+    for (auto [r, pos] : targets)
+      if (region_->ring(r).completed.load(std::memory_order_acquire) < pos) return finish(t, Status::kNotReady);
+    return finish(t, Status::kSuccess);
+  }
   std::lock_guard lock(b.g->mu);
   if (region_->ring(b.r).completed.load(std::memory_order_acquire) >= b.g->tail) return finish(t, Status::kSuccess);
   if (b.g->fence_end != b.g->tail) push_fence_locked(t, *b.g, b.r);
@@ -1204,8 +1221,7 @@ Status Client::stream_order_wait(Stream s) {
   std::vector<std::pair<uint32_t, uint64_t>> targets;
   fence_target(t, b.r, &targets);
   if (opt_.ordered && s.id == kLegacyStreamId) {
-    for (uint32_t r = 1; r < rings_.size(); ++r)
-      fence_blocking(t, r, &targets);
+    legacy_targets(t, &targets);
   } else if (opt_.ordered && b.st->blocking.load(std::memory_order_relaxed)) {
     fence_target(t, kLegacyRing, &targets);
   }

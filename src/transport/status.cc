@@ -22,9 +22,15 @@ std::string_view status_name(Status s) {
     case Status::kLaunchFailure: return "launch failure";
     case Status::kIllegalAddress: return "illegal memory access in a kernel";
     case Status::kMisalignedAddress: return "misaligned memory access in a kernel";
+    case Status::kLaunchTimeout: return "kernel ran past the watchdog's limit";
+    case Status::kAssert: return "device-side assert failed";
+    case Status::kHardwareStackError: return "kernel stack overflow or corruption";
+    case Status::kIllegalInstruction: return "illegal instruction in a kernel";
+    case Status::kInvalidAddressSpace: return "memory access in the wrong address space in a kernel";
+    case Status::kInvalidPc: return "kernel jumped to an invalid address";
     case Status::kNotSupported: return "not supported";
   }
-  return "unknown status";
+  return "CUDA error";
 }
 
 }  // namespace ordo

@@ -338,7 +338,7 @@ TEST_F(CudaBackendTest, HostileOperandsAreRejected) {
   EXPECT_EQ(b_->stream_destroy(0), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->stream_destroy(9), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->stream_create(0, true, 0), Status::kInvalidValue);
-  EXPECT_EQ(b_->stream_create(256, true, 0), Status::kInvalidValue);
+  EXPECT_EQ(b_->stream_create(kMaxStreams, true, 0), Status::kInvalidValue);
   EXPECT_EQ(b_->event_record(0, 99), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->stream_wait_event(0, 99), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->event_query(99), Status::kInvalidResourceHandle);

@@ -121,9 +121,19 @@ const Table<4> kToolsTls = {{SIZE_SLOT(4), FN(success_slot), FN(tools_current_co
 const Table<4> kContextLocalStorage = {{FN(cls_put), FN(cls_delete), FN(cls_get), UNKNOWN}};
 const Table<4> kContextChecks = {{SIZE_SLOT(4), UNKNOWN, FN(context_check), FN(check_zero)}};
 const Table<3> kIntegrityCheck = {{SIZE_SLOT(3), FN(integrity_check), UNKNOWN}};
-// Asked for by cublasLt, which calls slot 4 only (the context's id).
-const Table<5> kUnknown21318c60 = {
-    {SIZE_SLOT(5), UNKNOWN, UNKNOWN, UNKNOWN, FN(context_id)}};
+// Asked for by cublasLt, which calls slot 4 (the context's id) everywhere and,
+// on an H200, later slots too: the driver's table has about 90 (slots 16 and
+// 39 are known to be called), and a short one sent cuBLAS through whatever
+// followed it in memory (it jumped to 0x40 inside cublasSgemm). Every slot
+// exists; the unknown ones refuse.
+Table<96> unknown_21318c60() {
+  Table<96> t{};
+  t.slot[0] = SIZE_SLOT(96);
+  for (int i = 1; i < 96; ++i) t.slot[i] = UNKNOWN;
+  t.slot[4] = FN(context_id);
+  return t;
+}
+const Table<96> kUnknown21318c60 = unknown_21318c60();
 
 struct Known {
   uint8_t uuid[16];

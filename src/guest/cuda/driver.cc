@@ -63,10 +63,18 @@ CUresult to_cu(Status s) {
     case Status::kLaunchOutOfResources: return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     case Status::kMisalignedAddress: return CUDA_ERROR_MISALIGNED_ADDRESS;
     case Status::kLaunchFailure: return CUDA_ERROR_LAUNCH_FAILED;
+    case Status::kLaunchTimeout: return CUDA_ERROR_LAUNCH_TIMEOUT;
+    case Status::kAssert: return CUDA_ERROR_ASSERT;
+    case Status::kHardwareStackError: return CUDA_ERROR_HARDWARE_STACK_ERROR;
+    case Status::kIllegalInstruction: return CUDA_ERROR_ILLEGAL_INSTRUCTION;
+    case Status::kInvalidAddressSpace: return CUDA_ERROR_INVALID_ADDRESS_SPACE;
+    case Status::kInvalidPc: return CUDA_ERROR_INVALID_PC;
     case Status::kNoKernelImage: return CUDA_ERROR_NO_BINARY_FOR_GPU;
     case Status::kNotSupported: return CUDA_ERROR_NOT_SUPPORTED;
   }
-  return CUDA_ERROR_UNKNOWN;
+  // Other codes come from a real driver through the cuda backend as cudaError_t
+  // numbers, which from 100 up are the driver's CUresult numbers too.
+  return int32_t(s) >= 100 ? CUresult(int32_t(s)) : CUDA_ERROR_UNKNOWN;
 }
 
 // ---------------------------------------------------------------- the client
