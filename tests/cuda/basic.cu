@@ -197,7 +197,11 @@ int main(int argc, char** argv) {
   EXPECT(cudaGetLastError() == cudaErrorInvalidMemcpyDirection);
   EXPECT(cudaGetLastError() == cudaSuccess);
   fill<<<0, 1>>>(d_ints, 1, 1);
-  EXPECT(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  if (const cudaError_t empty = cudaGetLastError(); empty != cudaErrorInvalidConfiguration) {
+    std::printf("FAIL %s:%d: <<<0, 1>>> gave error %d (%s), not cudaErrorInvalidConfiguration\n", __FILE__, __LINE__,
+                int(empty), cudaGetErrorName(empty));
+    ++failures;
+  }
   EXPECT(std::strcmp(cudaGetErrorName(cudaErrorInvalidValue), "cudaErrorInvalidValue") == 0);
   EXPECT(std::strlen(cudaGetErrorString(cudaErrorInvalidValue)) > 0);
   cudaStream_t dead;
