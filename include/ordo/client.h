@@ -163,6 +163,8 @@ class Client {
   void legacy_edges(Ring& g, uint32_t r, bool blocking, EdgeList* edges);
   void uses_of_event(const EventState& ev, uint32_t own_ring, EdgeList* edges);
   bool alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset);
+  bool try_alloc_staging(Ring& g, uint32_t r, uint64_t size, uint64_t* offset);  // size 16-aligned; no wait
+  uint64_t staging_chunk(uint64_t size) const;
   void reclaim_staging(Ring& g, uint32_t r);
   uint64_t push_fence_locked(ThreadState& t, Ring& g, uint32_t r);
   Status wait_completed(uint32_t r, uint64_t pos);

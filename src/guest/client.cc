@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 #include <time.h>
 
@@ -27,7 +28,38 @@ uint64_t steady_ms() {
   return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1000000;
 }
 
+uint64_t steady_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000 + uint64_t(ts.tv_nsec);
+}
+
 constexpr uint64_t align16(uint64_t v) { return (v + 15) & ~uint64_t{15}; }
+
+// Linux lets a sleep of an ordinary thread overrun by its timer slack, 50 us by
+// default: more than a small copy takes. While waiting for the worker the
+// caller's thread sleeps with 1 us of slack, and gets its own back after.
+class TightSleeps {
+ public:
+  TightSleeps() = default;
+  TightSleeps(const TightSleeps&) = delete;
+  TightSleeps& operator=(const TightSleeps&) = delete;
+  ~TightSleeps() {
+    if (saved_ > 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(saved_), 0, 0, 0);
+  }
+  void sleep_ns(uint64_t ns) {
+    if (saved_ == 0) {
+      saved_ = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+      if (saved_ > 1000) prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
+      else saved_ = -1;  // already tight: nothing to restore
+    }
+    timespec ts{0, long(ns)};
+    nanosleep(&ts, nullptr);
+  }
+
+ private:
+  long saved_ = 0;
+};
 
 }  // namespace
 
@@ -411,7 +443,8 @@ Status Client::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) {
   if (lost_.load(std::memory_order_relaxed)) return Status::kDevicesUnavailable;
   uint64_t beat = region_->header()->heartbeat_ns.load(std::memory_order_relaxed);
   uint64_t beat_changed_ms = 0;
-  uint32_t sleep_us = 2;
+  uint64_t slept_since = 0;
+  TightSleeps sleeps;
   for (uint64_t i = 0;; ++i) {
     if (word.load(std::memory_order_acquire) >= target) {
       // What the worker reports may follow a host function's `done` (through
@@ -427,10 +460,13 @@ Status Client::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) {
       sched_yield();
       continue;
     }
-    // A guest cannot be woken across the VM boundary: poll with capped backoff.
-    timespec ts{0, long(sleep_us) * 1000};
-    nanosleep(&ts, nullptr);
-    sleep_us = std::min<uint32_t>(sleep_us * 2, 500);
+    // A guest cannot be woken across the VM boundary: poll. Each sleep is an
+    // eighth of the time slept so far (2 to 500 us), so a wait ends at most
+    // about 12% after the worker's answer, however long it took (doubling
+    // sleeps overran a 300 us GPU copy by 200 us).
+    const uint64_t now_ns = steady_ns();
+    if (!slept_since) slept_since = now_ns;
+    sleeps.sleep_ns(std::clamp<uint64_t>((now_ns - slept_since) / 8, 2000, 500000));
     if ((i & 63) == 0) {
       notify_worker();
       const uint64_t now = steady_ms();
@@ -581,25 +617,36 @@ void Client::reclaim_staging(Ring& g, uint32_t r) {
   }
 }
 
-bool Client::alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset) {
+bool Client::try_alloc_staging(Ring& g, uint32_t r, uint64_t size, uint64_t* offset) {
   const uint64_t w = region_->layout().staging_per_ring;
+  reclaim_staging(g, r);
+  const uint64_t cur = g.stage_tail % w;
+  const uint64_t skip = cur + size > w ? w - cur : 0;
+  if (g.stage_tail + skip + size - g.stage_head > w) return false;
+  g.stage_tail += skip;
+  *offset = g.stage_tail % w;
+  g.stage_tail += size;
+  return true;
+}
+
+bool Client::alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset) {
   size = align16(size);
-  if (size > w / 2) return false;
-  for (;;) {
-    reclaim_staging(g, r);
-    const uint64_t cur = g.stage_tail % w;
-    const uint64_t skip = cur + size > w ? w - cur : 0;
-    if (g.stage_tail + skip + size - g.stage_head <= w) {
-      g.stage_tail += skip;
-      *offset = g.stage_tail % w;
-      g.stage_tail += size;
-      return true;
-    }
+  if (size > region_->layout().staging_per_ring / 2) return false;
+  while (!try_alloc_staging(g, r, size, offset)) {
     // Full: staging comes back as entries complete, which we learn at fences.
     if (g.fence_end < g.tail) push_fence_locked(t, g, r);
     const uint64_t want = g.stage_marks.empty() ? g.fence_end : g.stage_marks.front().first + 1;
     if (!ok(wait_completed(r, want))) return false;
   }
+  return true;
+}
+
+// Pageable copies move through staging in chunks: a quarter of the copy, at
+// least 64 KiB (a chunk costs an entry and, for D2H, a fence) and at most a
+// quarter of the ring's window, so that up to four are in flight.
+uint64_t Client::staging_chunk(uint64_t size) const {
+  const uint64_t w = region_->layout().staging_per_ring;
+  return std::clamp<uint64_t>((size / 4 + 4095) & ~uint64_t{4095}, 64 << 10, w / 4);
 }
 
 Status Client::stream_op(Stream s, Entry e, EventState* ev) {
@@ -958,9 +1005,10 @@ Status Client::memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, St
     push_locked(t, *g, r, s.id, e, nullptr);
     return finish(t, Status::kSuccess);
   }
-  // Pageable memory: copied into staging now, so the caller may reuse it on return (as CUDA).
+  // Pageable memory: copied into staging now, so the caller may reuse it on
+  // return (as CUDA). The worker copies chunk k while the guest fills k + 1.
   const uint64_t w = region_->layout().staging_per_ring;
-  const uint64_t chunk = w / 4;
+  const uint64_t chunk = staging_chunk(size);
   for (uint64_t done = 0; done < size;) {
     const uint64_t n = std::min(chunk, size - done);
     uint64_t off;
@@ -998,20 +1046,51 @@ Status Client::memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s
     return finish(t, Status::kSuccess);
   }
   // Pageable destination: like CUDA, return only once the data is there.
-  const uint64_t chunk = region_->layout().staging_per_ring / 4;
-  for (uint64_t done = 0; done < size;) {
-    const uint64_t n = std::min(chunk, size - done);
-    uint64_t off;
-    if (!alloc_staging(t, *g, r, n, &off)) return finish(t, Status::kDevicesUnavailable);
-    e.flags = mem_flags(MemKind::Staging, MemKind::Device);
-    e.arg[0] = off;
-    e.arg[1] = src + done;
-    e.arg[2] = n;
-    const uint64_t pos = push_locked(t, *g, r, s.id, e, nullptr);
-    g->stage_marks.push_back({pos, g->stage_tail});
-    if (Status st = wait_completed(r, push_fence_locked(t, *g, r)); !ok(st)) return finish(t, st);
-    std::memcpy(static_cast<std::byte*>(dst) + done, region_->staging(r) + off, n);
-    done += n;
+  // Chunks are issued ahead, each with a fence, as far as staging allows, and
+  // the guest copies chunk k out while the device fills the later ones. A
+  // chunk's staging is released (its mark pushed) only once it was copied out:
+  // completion alone would let the next chunk overwrite it first.
+  struct InFlight {
+    uint64_t fence, pos, end, off, at, n;
+  };
+  InFlight q[8];
+  unsigned head = 0, count = 0;
+  const uint64_t chunk = staging_chunk(size);
+  auto drain = [&]() -> Status {
+    const InFlight& f = q[head % 8];
+    if (Status st = wait_completed(r, f.fence); !ok(st)) {
+      for (; count; --count, ++head) g->stage_marks.push_back({q[head % 8].pos, q[head % 8].end});
+      return st;
+    }
+    std::memcpy(static_cast<std::byte*>(dst) + f.at, region_->staging(r) + f.off, f.n);
+    g->stage_marks.push_back({f.pos, f.end});
+    ++head;
+    --count;
+    return Status::kSuccess;
+  };
+  for (uint64_t issued = 0; issued < size || count;) {
+    if (issued < size && count < 8) {
+      const uint64_t n = std::min(chunk, size - issued);
+      uint64_t off;
+      bool got = try_alloc_staging(*g, r, align16(n), &off);
+      // Nothing of ours to copy out: wait for other entries' staging instead.
+      if (!got && !count) {
+        if (!alloc_staging(t, *g, r, n, &off)) return finish(t, Status::kDevicesUnavailable);
+        got = true;
+      }
+      if (got) {
+        e.flags = mem_flags(MemKind::Staging, MemKind::Device);
+        e.arg[0] = off;
+        e.arg[1] = src + issued;
+        e.arg[2] = n;
+        const uint64_t pos = push_locked(t, *g, r, s.id, e, nullptr);
+        q[(head + count) % 8] = {push_fence_locked(t, *g, r), pos, g->stage_tail, off, issued, n};
+        ++count;
+        issued += n;
+        continue;
+      }
+    }
+    if (Status st = drain(); !ok(st)) return finish(t, st);
   }
   return finish(t, Status::kSuccess);
 }
