@@ -164,6 +164,7 @@ diagnose() {
     >"$work/$name.trace" 2>&1
   note "    the last driver calls before it failed:"
   grep '^ordo-trace:' "$work/$name.trace" | tail -15 | sed 's/^/      /' | tee -a "$summary"
+  grep '^ordo-trace: export table' "$work/$name.trace" | sort | uniq -c | sed 's/^/      /' | tee -a "$summary"
   stop_workers
   if [ "$orc" -ge 128 ] && dbg=$(command -v cuda-gdb || command -v gdb) && start_worker "$name-gdb"; then
     ORDO_REGION=$region LD_LIBRARY_PATH=$(dirname "$driver"):$cuda_lib timeout 90 "$dbg" -batch -ex run -ex bt \

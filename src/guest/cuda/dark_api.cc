@@ -7,7 +7,10 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "driver.h"
 
@@ -70,6 +73,21 @@ class Md2 {
 // ---------------------------------------------------------------- the tables
 
 CUresult CUDAAPI unknown_slot() { return CUDA_ERROR_NOT_SUPPORTED; }
+
+// A slot of the 21318c60 table whose meaning is unknown refuses, and under
+// ORDO_DRIVER_TRACE=1 says which slot was called: what to implement next.
+bool trace_slots() {
+  static const bool on = [] {
+    const char* t = std::getenv("ORDO_DRIVER_TRACE");
+    return t && *t == '1';
+  }();
+  return on;
+}
+template <int I>
+CUresult CUDAAPI unknown_21318c60_slot() {
+  if (trace_slots()) std::fprintf(stderr, "ordo-trace: export table 21318c60 slot %d (unknown) -> 801\n", I);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 CUresult CUDAAPI success_slot() { return CUDA_SUCCESS; }
 
 // CUDART_INTERFACE slot 2: the primary context of a device, retained.
@@ -126,14 +144,14 @@ const Table<3> kIntegrityCheck = {{SIZE_SLOT(3), FN(integrity_check), UNKNOWN}};
 // 39 are known to be called), and a short one sent cuBLAS through whatever
 // followed it in memory (it jumped to 0x40 inside cublasSgemm). Every slot
 // exists; the unknown ones refuse.
-Table<96> unknown_21318c60() {
-  Table<96> t{};
+template <size_t... I>
+Table<96> unknown_21318c60(std::index_sequence<I...>) {
+  Table<96> t{{FN(unknown_21318c60_slot<int(I)>)...}};
   t.slot[0] = SIZE_SLOT(96);
-  for (int i = 1; i < 96; ++i) t.slot[i] = UNKNOWN;
   t.slot[4] = FN(context_id);
   return t;
 }
-const Table<96> kUnknown21318c60 = unknown_21318c60();
+const Table<96> kUnknown21318c60 = unknown_21318c60(std::make_index_sequence<96>());
 
 struct Known {
   uint8_t uuid[16];

@@ -44,12 +44,13 @@ using ordo::Status;
 CUresult to_cu(Status s) {
   switch (s) {
     case Status::kSuccess: return CUDA_SUCCESS;
+    // A launch with an empty grid or too large a block: NVIDIA's driver 580
+    // answers CUDA_ERROR_INVALID_VALUE, and cudart 13 hands that on as
+    // cudaErrorInvalidValue (measured natively on an H200: <<<0, 1>>> and
+    // <<<1, 2048>>> both give 1), not the runtime's cudaErrorInvalidConfiguration.
+    case Status::kInvalidConfiguration:
     case Status::kInvalidValue:
     case Status::kInvalidDevicePointer: return CUDA_ERROR_INVALID_VALUE;
-    // cuda.h names no such CUresult, but cudart hands the driver's launch result
-    // through unchanged and a native <<<0, 1>>> launch reports 9
-    // (cudaErrorInvalidConfiguration): the driver answers 9.
-    case Status::kInvalidConfiguration: return CUresult(9);
     case Status::kMemoryAllocation: return CUDA_ERROR_OUT_OF_MEMORY;
     case Status::kInitializationError: return CUDA_ERROR_NOT_INITIALIZED;
     case Status::kInvalidDevice: return CUDA_ERROR_INVALID_DEVICE;
