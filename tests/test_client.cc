@@ -48,8 +48,8 @@ TEST(Client, LargePageableCopiesGoThroughStagingInChunks) {
 // guest copies chunk k out while later chunks land in staging). Every size
 // around the chunk and window boundaries, from two threads whose streams may
 // share a ring, must arrive byte for byte.
-TEST(Client, PageableCopiesOfEverySizeArriveIntact) {
-  InProcessWorker w;
+void pageable_copies_of_every_size(uint64_t region_size) {
+  InProcessWorker w({}, region_size);
   auto c = w.attach();
   const uint64_t win = c->layout().staging_per_ring;
   const std::vector<uint64_t> sizes = {1, 15, 4096, 65535, 65537, win / 4 - 1, win / 4 + 1, win / 2,
@@ -74,6 +74,9 @@ TEST(Client, PageableCopiesOfEverySizeArriveIntact) {
   run(2u);
   other.join();
 }
+TEST(Client, PageableCopiesOfEverySizeArriveIntact) { pageable_copies_of_every_size(16u << 20); }
+// A 1 MiB region has 4 KiB windows: chunks are a kilobyte.
+TEST(Client, PageableCopiesOfEverySizeArriveIntactThroughASmallWindow) { pageable_copies_of_every_size(1u << 20); }
 
 TEST(Client, PinnedMemoryIsZeroCopy) {
   InProcessWorker w;

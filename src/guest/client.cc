@@ -646,7 +646,8 @@ bool Client::alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, u
 // quarter of the ring's window, so that up to four are in flight.
 uint64_t Client::staging_chunk(uint64_t size) const {
   const uint64_t w = region_->layout().staging_per_ring;
-  return std::clamp<uint64_t>((size / 4 + 4095) & ~uint64_t{4095}, 64 << 10, w / 4);
+  // The window's quarter wins over the 64 KiB floor (a small region's window is 4 KiB).
+  return std::min<uint64_t>(std::max<uint64_t>((size / 4 + 4095) & ~uint64_t{4095}, 64 << 10), w / 4);
 }
 
 Status Client::stream_op(Stream s, Entry e, EventState* ev) {
