@@ -16,10 +16,12 @@
 // only reach this worker's own context, i.e. this guest's memory.
 //
 // Threads: the worker calls us from its one dispatch thread, which must never
-// wait for the GPU. Completions (fences, EventSynchronize) come back through
-// cudaStreamAddCallback on CUDA's callback thread; unlike cudaLaunchHostFunc it
-// also runs the callback after a device error, so a guest waiting on a fence is
-// answered (with the error) instead of hanging. The only calls that can wait
+// wait for the GPU. Completions (fences, a shared-ring stream synchronize,
+// EventSynchronize) come back from a thread polling events (cuda_completions.h),
+// which also answers after a device error, so a guest waiting on a fence is
+// answered (with the error) instead of hanging. Host functions are stream
+// work (later work waits for them) and run from cudaStreamAddCallback on CUDA's
+// callback thread, which unlike cudaLaunchHostFunc also runs after an error. The only calls that can wait
 // for device work are cudaFree (a guest frees only after waiting for its work;
 // one that does not stalls only its own worker, and the implicit sync is what
 // keeps queued kernels from using freed memory) and the destructor.
@@ -34,12 +36,14 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "cuda_completions.h"
 #include "ordo/layout.h"
 #include "ordo/cuda_backend.h"
 
@@ -201,6 +205,7 @@ class CudaBackend final : public Backend {
     ensure_context();
     // Pending callbacks point at this object; let every queued piece of work end.
     cudaDeviceSynchronize();
+    completions_.reset();  // answers what it still watches, then stops
     std::lock_guard lk(mu_);
     for (uint32_t i = 1; i < kMaxStreams; ++i)
       if (streams_[i]) cudaStreamDestroy(streams_[i]);
@@ -390,7 +395,20 @@ class CudaBackend final : public Backend {
       log("cudaStreamWaitEvent for an event wait failed (%s)", cudaGetErrorName(e));
       return run_guarded(fn);
     }
-    enqueue_callback(n->stream, std::move(fn), nullptr, &n->pending, lk);
+    enqueue_completion(n->stream, std::move(fn), nullptr, &n->pending, lk);
+  }
+
+  // Not stream work: later work on the stream does not wait for fn.
+  void stream_notify(uint32_t stream, std::function<void()> fn) override {
+    ensure_context();
+    std::unique_lock lk(mu_);
+    cudaStream_t s;
+    if (!find_stream(stream, &s)) {
+      lk.unlock();
+      return run_guarded(fn);  // unknown stream: nothing to wait for
+    }
+    const OpTag tag = last_tag_[stream];
+    enqueue_completion(s, std::move(fn), &tag, nullptr, lk);
   }
 
   bool context_lost() const override { return lost_.load(std::memory_order_relaxed); }
@@ -572,6 +590,10 @@ class CudaBackend final : public Backend {
     }
     tls_context() = ctx_;
     if (!fill_info(error)) return false;
+    completions_ = std::make_unique<Completions>([this] {
+      cudaSetDevice(device_);
+      ensure_context();
+    });
     streams_[0] = cudaStreamLegacy;  // guest stream 0 is the legacy default stream
     // The simulator's kernels, for programs that launch them by name (module 0).
     CUmodule mod = nullptr;
@@ -746,6 +768,24 @@ class CudaBackend final : public Backend {
     run_guarded(cb->fn);
   }
 
+  // Runs fn once everything now on `s` is done (Completions). Releases `lk`. A
+  // device error is reported to `tag`'s thread; if CUDA refuses to record the
+  // event (a broken context), fn runs at once so nobody waits forever.
+  void enqueue_completion(cudaStream_t s, std::function<void()> fn, const OpTag* tag,
+                          std::atomic<uint32_t>* pending, std::unique_lock<std::mutex>& lk) {
+    if (pending) pending->fetch_add(1, std::memory_order_acq_rel);
+    Completions::Done done = [this, fn = std::move(fn), who = tag ? *tag : OpTag{}, tell = tag != nullptr,
+                              pending](cudaError_t e) mutable {
+      if (sticky(to_status(e))) lost_.store(true, std::memory_order_relaxed);
+      if (e != cudaSuccess && tell) report(who, to_status(e));
+      run_guarded(fn);
+      if (pending) pending->fetch_sub(1, std::memory_order_acq_rel);
+    };
+    const cudaError_t e = completions_->watch(s, done);
+    lk.unlock();
+    if (e != cudaSuccess) done(e);
+  }
+
   // On CUDA's callback thread: must not call CUDA.
   static void CUDART_CB on_callback(cudaStream_t, cudaError_t status, void* p) {
     std::unique_ptr<Callback> cb(static_cast<Callback*>(p));
@@ -781,6 +821,7 @@ class CudaBackend final : public Backend {
   std::map<uint64_t, uint64_t> allocs_;                  // guarded by mu_; device address -> size
   std::vector<HostRange> host_ranges_;                   // guarded by mu_
   std::deque<std::unique_ptr<NotifyStream>> notify_;     // guarded by mu_
+  std::unique_ptr<Completions> completions_;             // set by init()
 };
 
 // ---------------------------------------------------------------- public API
