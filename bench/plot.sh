@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# PNG plots from bench_ordo's Google Benchmark JSON (docs/BENCHMARKS.md, "Plots"):
+# PNG plots from bench_ordo's or bench_cuda's Google Benchmark JSON (docs/BENCHMARKS.md, "Plots"):
 #
 #   build/bench/bench_ordo --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true \
 #       --benchmark_out=run.json --benchmark_out_format=json
 #   bench/plot.sh OUT_DIR run.json [run2.json ...]
 #
-# Writes OUT_DIR/{latency,throughput,ordering,tracing}.png; a plot whose
+# Writes OUT_DIR/{latency,throughput,ordering,tracing,copies_h2d,copies_d2h}.png; a plot whose
 # benchmarks are missing from the JSON is skipped with a message. The note on
 # each plot names this machine (nproc, /proc/cpuinfo), so run it where the
 # benchmark ran, or set ORDO_PLOT_MACHINE. Needs gnuplot (gnuplot-nox) and python3.
@@ -93,3 +93,18 @@ plot ordering "$(pairs "Ordering on vs off, paired A/B phases in one benchmark (
 
 plot tracing "$(pairs "Worker tracing (--trace) on vs off, independent streams (higher is better)" \
   "throughput (M launches/s)" "trace off" "trace on")"
+
+for d in h2d d2h; do
+  dir=$([ $d = h2d ] && echo "host to device" || echo "device to host")
+  plot copies_$d "
+set title \"Copies $dir + stream synchronize, native CUDA vs through ordo (higher is better)\"
+set xlabel \"copy size (bytes, log scale)\"
+set ylabel \"bandwidth (GB/s)\"
+set logscale x 4
+set xtics (\"4 KiB\" 4096, \"16 KiB\" 16384, \"64 KiB\" 65536, \"256 KiB\" 262144, \"1 MiB\" 1048576, \"4 MiB\" 4194304, \"16 MiB\" 16777216, \"64 MiB\" 67108864, \"256 MiB\" 268435456)
+set offsets graph 0.03, graph 0.03, 0, 0
+set yrange [0:*]
+set key top left
+plot for [i=0:copies_${d}_n - 1] f index i using 1:2:3:4 with yerrorlines pt 7 lw 2 title columnheader(1)
+"
+done

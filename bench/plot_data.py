@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Data files for bench/plot.sh from bench_ordo JSON runs.
+"""Data files for bench/plot.sh from bench_ordo or bench_cuda JSON runs.
 
   bench/plot_data.py DATA_DIR MACHINE RUN.json [RUN.json ...]
 
-Writes DATA_DIR/{latency,throughput,ordering,tracing}.dat for the plots whose
+Writes DATA_DIR/{latency,throughput,ordering,tracing,copies_h2d,copies_d2h}.dat
+for the plots whose
 benchmarks are present (a message on stderr for each one that is not), and
 DATA_DIR/vars.gp with the note and axis ranges. A value is the median aggregate
 of a file where it has repetitions, else the mean of its runs; over several
@@ -141,6 +142,22 @@ def tracing(r, data_dir):
     pairs(data_dir, "tracing", rows, "no ordo/tracing/* benchmarks")
 
 
+def copies(r, data_dir, gp):
+    """bench_cuda: copy bandwidth against size, native and through ordo, one plot per direction."""
+    sizes = [4 << 10 << (2 * i) for i in range(10)]  # 4 KiB .. 1 GiB: whatever the run has
+    for d in ("H2D", "D2H"):
+        blocks = []
+        for side, label in (("Native", "native"), ("Remote", "ordo")):
+            for mem in ("Pageable", "Pinned"):
+                pts = [(n, r.get(f"Copy/{side}/{d}/{mem}/{n}", "bytes_per_second")) for n in sizes]
+                pts = [f"{n} {v[0] / 1e9:.4g} {v[1] / 1e9:.4g} {v[2] / 1e9:.4g}" for n, v in pts if v]
+                if pts:
+                    blocks.append("\n".join([f'"{label}, {mem.lower()}"'] + pts))
+        name = "copies_" + d.lower()
+        write(data_dir, name, ["\n\n\n".join(blocks)] if blocks else [], "no Copy/* benchmarks (bench_cuda)")
+        gp.append(f"{name}_n = {len(blocks)}")
+
+
 def main(data_dir, machine, paths):
     r = Runs(paths)
     ctx = r.context
@@ -159,6 +176,7 @@ def main(data_dir, machine, paths):
     throughput(r, data_dir, gp)
     ordering(r, data_dir)
     tracing(r, data_dir)
+    copies(r, data_dir, gp)
     with open(os.path.join(data_dir, "vars.gp"), "w") as f:
         f.write("\n".join(gp) + "\n")
     if not os.environ.get("ORDO_PLOT_MACHINE") and ctx.get("num_cpus") and f"{ctx['num_cpus']} CPUs" not in machine:
