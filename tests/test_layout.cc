@@ -113,7 +113,7 @@ TEST(Layout, ReplySlotFieldsOnSeparateLines) {
 TEST(Layout, HeaderWritersOnSeparateLines) {
   EXPECT_EQ(offsetof(RegionHeader, magic), 0u);
   const size_t worker_line = line_of(offsetof(RegionHeader, heartbeat_ns));
-  const size_t guest_line = line_of(offsetof(RegionHeader, slot_doorbell));
+  const size_t guest_line = line_of(offsetof(RegionHeader, slot_posted));
   const size_t open_line = line_of(offsetof(RegionHeader, ring_open));
   EXPECT_EQ(line_of(offsetof(RegionHeader, worker_sleeping)), worker_line);
   EXPECT_EQ(line_of(offsetof(RegionHeader, worker_state)), worker_line);

@@ -623,7 +623,7 @@ class Hostile : public ::testing::Test {
     if (payload) std::memcpy(s.payload, payload, n);
     const uint64_t seq = ++slot_seq_;
     s.request_seq.store(seq, std::memory_order_release);
-    region().header()->slot_doorbell.fetch_add(1, std::memory_order_release);
+    post_slot(region().header(), S_);
     ring_bell();
     if (!eventually([&] { return s.reply_seq.load(std::memory_order_acquire) == seq; })) {
       ADD_FAILURE() << "no reply to slot request " << seq;
@@ -1291,7 +1291,7 @@ TEST_F(Hostile, SlotSequenceJumpsAreAnswered) {
     const Entry null_req = entry(Op::Null);
     std::memcpy(&s.request, &null_req, sizeof(Entry));
     s.request_seq.store(seq, std::memory_order_release);
-    region().header()->slot_doorbell.fetch_add(1, std::memory_order_release);
+    post_slot(region().header(), S_);
     ring_bell();
     ASSERT_TRUE(eventually([&] { return s.reply_seq.load(std::memory_order_acquire) == seq; })) << seq;
     EXPECT_EQ(Status(s.status), Status::kSuccess);
@@ -1457,7 +1457,7 @@ void free_while_kernel_runs() {
   f.arg[0] = victim;
   std::memcpy(&slot.request, &f, sizeof f);
   slot.request_seq.store(1, std::memory_order_release);
-  region.header()->slot_doorbell.fetch_add(1, std::memory_order_release);
+  post_slot(region.header(), S);
   bell.ring();
   check(eventually([&] { return slot.reply_seq.load(std::memory_order_acquire) == 1; }), 3);
   // New allocations of the same size; one of them may get the freed host block.

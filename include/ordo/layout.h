@@ -19,7 +19,7 @@ namespace ordo {
 
 inline constexpr size_t kCacheLine = 64;
 inline constexpr uint64_t kMagic = 0x314745524f44524fULL;  // "ORDOREG1"
-inline constexpr uint32_t kLayoutVersion = 3;
+inline constexpr uint32_t kLayoutVersion = 4;
 inline constexpr uint32_t kMaxRings = 256;
 inline constexpr uint32_t kMaxSlots = 256;
 inline constexpr uint32_t kMaxEdges = 4;
@@ -149,12 +149,19 @@ struct RegionHeader {
   std::atomic<uint32_t> ivshmem_peer;                      // ivshmem-server peer id + 1 to ring in a VM; 0: none
   std::atomic<int32_t> sticky_error;                       // a kernel fault ended the session's context (Status)
   // Guest-written.
-  alignas(kCacheLine) std::atomic<uint64_t> slot_doorbell;  // bumped after posting a slot request
+  alignas(kCacheLine) std::atomic<uint64_t> slot_posted[kMaxSlots / 64];  // bit s: slot s has a new request
   std::atomic<uint64_t> guest_session;                      // the attached guest's random id; 0 on detach
   std::atomic<uint64_t> guest_beat;                         // bumped every 100 ms while the guest lives
   alignas(kCacheLine) std::atomic<uint64_t> ring_open[kMaxRings / 64];  // bitmap of rings in use
 };
 static_assert(sizeof(RegionHeader) <= 4096);
+
+// Posts slot `s`'s request once request_seq is stored: the worker serves the
+// slots whose bits it takes instead of reading every slot's request_seq. A
+// locked RMW, so also the full fence before the guest reads worker_sleeping.
+inline void post_slot(RegionHeader* h, uint32_t s) {
+  h->slot_posted[(s / 64) % (kMaxSlots / 64)].fetch_or(uint64_t{1} << (s % 64), std::memory_order_seq_cst);
+}
 inline constexpr uint64_t kHeaderSize = 4096;
 
 enum class WorkerState : uint32_t { kStarting = 0, kServing = 1, kStopped = 2 };

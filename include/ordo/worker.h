@@ -157,7 +157,7 @@ class Worker {
   std::map<uint64_t, std::pair<uint64_t, uint32_t>> globals_;
   std::set<uint32_t> modules_;                // module ids loaded by this guest
   uint32_t next_module_ = 1;                  // 0 means "no module" in KernelLookup
-  uint64_t slot_doorbell_seen_ = 0;
+  bool rescan_slots_ = true;    // read every slot's request_seq on the next pass
   uint32_t staged_slots_ = 0;   // slots holding a request that waits for edges
   uint64_t attached_ = 0;       // guest session served; nothing is polled while 0
   std::atomic<int32_t> sticky_{0};  // a kernel fault: every later call fails with it (Status); backend threads set it

@@ -1449,8 +1449,7 @@ Status Client::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payl
   if (!leased) t.seq = seq;
   _mm_sfence();
   s.request_seq.store(seq, std::memory_order_release);
-  // A locked RMW: also the full fence the sleep handshake needs.
-  region_->header()->slot_doorbell.fetch_add(1, std::memory_order_seq_cst);
+  post_slot(region_->header(), slot);
   if (region_->header()->worker_sleeping.load(std::memory_order_relaxed)) bell_.ring();
   if (Status st = wait_worker(s.reply_seq, seq); !ok(st)) return st;
   if (r0) *r0 = s.result[0];

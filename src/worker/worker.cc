@@ -630,17 +630,28 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
 
 bool Worker::poll_slots() {
   bool progressed = false;
-  const uint64_t bell = region_.header()->slot_doorbell.load(std::memory_order_acquire);
-  const bool scan = bell != slot_doorbell_seen_;
-  slot_doorbell_seen_ = bell;
-  // The common pass: no new request and none waiting for edges.
-  if (!scan && staged_slots_ == 0) return false;
+  RegionHeader* h = region_.header();
+  // Posted slots: one relaxed load per 64 slots when nothing is new.
+  for (uint32_t w = 0; w * 64 < layout_.slot_count; ++w) {
+    if (!h->slot_posted[w].load(std::memory_order_relaxed)) continue;
+    for (uint64_t bits = h->slot_posted[w].exchange(0, std::memory_order_acq_rel); bits; bits &= bits - 1) {
+      const uint32_t s = w * 64 + uint32_t(__builtin_ctzll(bits));
+      if (s >= layout_.slot_count || slots_[s].staged) continue;
+      progressed |= try_slot(s);
+      staged_slots_ += slots_[s].staged;  // its edges are not ready yet: retried below from now on
+    }
+  }
+  // Slots waiting for edges, and every slot once per heartbeat: a request
+  // whose bit was never set (a guest that died between the two stores) is
+  // still answered.
+  if (staged_slots_ == 0 && !rescan_slots_) return progressed;
   uint32_t staged = 0;
   for (uint32_t s = 0; s < layout_.slot_count; ++s) {
-    if (scan || slots_[s].staged) progressed |= try_slot(s);
+    if (rescan_slots_ || slots_[s].staged) progressed |= try_slot(s);
     staged += slots_[s].staged;
   }
   staged_slots_ = staged;
+  rescan_slots_ = false;
   return progressed;
 }
 
@@ -661,10 +672,10 @@ void Worker::attach_session(uint64_t session) {
   }
   RegionHeader* h = region_.header();
   for (uint32_t w = 0; w < kMaxRings / 64; ++w) h->ring_open[w].store(w == 0 ? 1 : 0, std::memory_order_relaxed);
-  h->slot_doorbell.store(0, std::memory_order_relaxed);
+  for (auto& w : h->slot_posted) w.store(0, std::memory_order_relaxed);
   h->sticky_error.store(0, std::memory_order_relaxed);
   sticky_.store(0, std::memory_order_relaxed);
-  slot_doorbell_seen_ = 0;
+  rescan_slots_ = true;
   attached_ = session;
   beat_seen_ = h->guest_beat.load(std::memory_order_relaxed);
   beat_changed_ns_ = now_ns();
@@ -812,6 +823,7 @@ void Worker::run(DoorbellWaiter* doorbell) {
     if (now - last_beat > 100'000'000) {
       h->heartbeat_ns.store(now, std::memory_order_relaxed);
       last_beat = now;
+      rescan_slots_ = true;
       check_session(now);
     } else if (h->guest_session.load(std::memory_order_relaxed) != attached_) {
       check_session(now);

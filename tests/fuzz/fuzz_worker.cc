@@ -144,11 +144,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         h->ring_open[in.take(1) % (kMaxRings / 64)].store(in.take(8));
         break;
       case 4: {  // a slot request
-        ReplySlot& s = r.slot(uint32_t(in.take(1)) % l.slot_count);
+        const uint32_t slot = uint32_t(in.take(1)) % l.slot_count;
+        ReplySlot& s = r.slot(slot);
         in.fill(&s.request, sizeof(Entry));
         in.fill(s.payload, size_t(in.take(1)));
         s.request_seq.store(s.request_seq.load() + 1 + in.take(1) % 2 * in.take(8));
-        h->slot_doorbell.fetch_add(1);
+        // Any bits at all, or the slot's own.
+        if (in.take(1) % 2) h->slot_posted[in.take(1) % (kMaxSlots / 64)].store(in.take(8));
+        else post_slot(h, slot);
         break;
       }
       case 5: {  // a well-formed entry with fuzzed arguments, to get past the first checks
@@ -175,7 +178,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         e.arg[1] = in.take(4);
         s.request = e;
         s.request_seq.store(s.request_seq.load() + 1);
-        h->slot_doorbell.fetch_add(1);
+        post_slot(h, slot);
         break;
       }
       default:

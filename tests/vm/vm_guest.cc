@@ -51,10 +51,12 @@ int hostile(Client& c) {
     r.entries(ring)[t & (l.ring_capacity - 1)] = e;
     ctl.tail.store(round % 50 == 0 ? rng() : t + 1);
     r.header()->ring_open[ring / 64].store(rng());
-    ReplySlot& s = r.slot(rng() % l.slot_count);
+    const uint32_t slot = uint32_t(rng() % l.slot_count);
+    ReplySlot& s = r.slot(slot);
     s.request = e;
     s.request_seq.fetch_add(1);
-    r.header()->slot_doorbell.fetch_add(1);
+    if (round % 2) post_slot(r.header(), slot);
+    else r.header()->slot_posted[rng() % (kMaxSlots / 64)].store(rng());
   }
   std::printf("ordo-vm: hostile guest wrote 2000 garbage entries and dies now\n");
   std::fflush(stdout);
