@@ -140,10 +140,9 @@ const Table<4> kContextLocalStorage = {{FN(cls_put), FN(cls_delete), FN(cls_get)
 const Table<4> kContextChecks = {{SIZE_SLOT(4), UNKNOWN, FN(context_check), FN(check_zero)}};
 const Table<3> kIntegrityCheck = {{SIZE_SLOT(3), FN(integrity_check), UNKNOWN}};
 // Asked for by cublasLt, which calls slot 4 (the context's id) everywhere and,
-// on an H200, later slots too: the driver's table has about 90 (slots 16 and
-// 39 are known to be called), and a short one sent cuBLAS through whatever
-// followed it in memory (it jumped to 0x40 inside cublasSgemm). Every slot
-// exists; the unknown ones refuse.
+// with an H200's attributes, slot 51 too: the driver's table has about 90, and
+// a short one sent cuBLAS through whatever followed it in memory (it jumped to
+// 0x40 inside cublasSgemm). Every slot exists; the unknown ones refuse.
 template <size_t... I>
 Table<96> unknown_21318c60(std::index_sequence<I...>) {
   Table<96> t{{FN(unknown_21318c60_slot<int(I)>)...}};
