@@ -398,22 +398,16 @@ class CudaBackend final : public Backend {
     enqueue_completion(n->stream, std::move(fn), nullptr, &n->pending, lk);
   }
 
-  // Not stream work: later work on the stream does not wait for fn.
-  void stream_notify(uint32_t stream, std::function<void()> fn) override {
-    ensure_context();
-    std::unique_lock lk(mu_);
-    cudaStream_t s;
-    if (!find_stream(stream, &s)) {
-      lk.unlock();
-      return run_guarded(fn);  // unknown stream: nothing to wait for
-    }
-    const OpTag tag = last_tag_[stream];
-    enqueue_completion(s, std::move(fn), &tag, nullptr, lk);
-  }
+  // A host callback is stream work (later work waits for fn); a notification is not.
+  void host_callback(uint32_t stream, std::function<void()> fn) override { after_stream(stream, std::move(fn), true); }
+  void stream_notify(uint32_t stream, std::function<void()> fn) override { after_stream(stream, std::move(fn), false); }
 
   bool context_lost() const override { return lost_.load(std::memory_order_relaxed); }
 
-  void host_callback(uint32_t stream, std::function<void()> fn) override {
+  // Runs fn once the work now on `stream` is done. A device error that reaches
+  // it is reported to whoever issued the stream's last work: usually the thread
+  // now synchronizing on it.
+  void after_stream(uint32_t stream, std::function<void()> fn, bool as_work) {
     ensure_context();
     std::unique_lock lk(mu_);
     cudaStream_t s;
@@ -421,10 +415,11 @@ class CudaBackend final : public Backend {
       lk.unlock();
       return run_guarded(fn);  // unknown stream: nothing to wait for
     }
-    // A device error that reaches this callback is reported to whoever issued
-    // the stream's last work: usually the thread now synchronizing on it.
     const OpTag tag = last_tag_[stream];
-    enqueue_callback(s, std::move(fn), &tag, nullptr, lk);
+    if (as_work)
+      enqueue_callback(s, std::move(fn), &tag, nullptr, lk);
+    else
+      enqueue_completion(s, std::move(fn), &tag, nullptr, lk);
   }
 
   Status malloc(uint64_t size, uint64_t* device_addr) override {
