@@ -24,4 +24,7 @@ mkdir -p "$out/.runlibs"
 for lib in $(ldd "${elfs[@]}" 2>/dev/null | awk '/=> \// {print $3}' | sort -u); do
   case $(basename "$lib") in libbenchmark*|liburing*|libgtest*|libgmock*) cp -L "$lib" "$out/.runlibs/" ;; esac
 done
+# What was built: the GPU machine's copy of the tree may not say (its .git can be stale).
+{ git rev-parse --short HEAD; git status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)"; } \
+  2>/dev/null | paste -sd' ' >"$out/.commit" || true
 du -sh "$out"

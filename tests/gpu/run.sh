@@ -84,7 +84,8 @@ stop_workers() {
   workers=()
 }
 
-note "ordo GPU run: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+commit=$(cat "$build/.commit" 2>/dev/null || git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')
+note "ordo GPU run: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $commit"
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$summary"
 fi
