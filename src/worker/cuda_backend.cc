@@ -21,10 +21,11 @@
 // which also answers after a device error, so a guest waiting on a fence is
 // answered (with the error) instead of hanging. Host functions are stream
 // work (later work waits for them) and run from cudaStreamAddCallback on CUDA's
-// callback thread, which unlike cudaLaunchHostFunc also runs after an error. The only calls that can wait
-// for device work are cudaFree (a guest frees only after waiting for its work;
-// one that does not stalls only its own worker, and the implicit sync is what
-// keeps queued kernels from using freed memory) and the destructor.
+// callback thread, which unlike cudaLaunchHostFunc also runs after an error.
+// The only calls that can wait for device work are cudaFree (a guest frees
+// only after waiting for its work; one that does not stalls only its own
+// worker, and the implicit sync is what keeps queued kernels from using freed
+// memory) and the destructor.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -559,12 +560,22 @@ class CudaBackend final : public Backend {
     cudaStream_t stream = nullptr;
     std::atomic<uint32_t> pending{0};  // callbacks not yet run
   };
+  // fn waiting for a stream, by callback or by Completions.
   struct Callback {
     CudaBackend* self;
     std::function<void()> fn;
     OpTag tag;
     bool report;
     std::atomic<uint32_t>* pending;
+
+    // The stream got there (cudaSuccess) or failed: note a lost context, tell
+    // the thread that issued the stream's last work, then run fn.
+    void finish(cudaError_t e) {
+      if (sticky(to_status(e))) self->lost_.store(true, std::memory_order_relaxed);
+      if (e != cudaSuccess && report) self->report(tag, to_status(e));
+      run_guarded(fn);
+      if (pending) pending->fetch_sub(1, std::memory_order_acq_rel);
+    }
   };
 
   explicit CudaBackend(int device) : device_(device) {}
@@ -756,11 +767,8 @@ class CudaBackend final : public Backend {
       cb.release();  // on_callback owns it now
       return;
     }
-    if (pending) pending->fetch_sub(1, std::memory_order_acq_rel);
     lk.unlock();
-    if (sticky(to_status(e))) lost_.store(true, std::memory_order_relaxed);
-    if (cb->report) report(cb->tag, to_status(e));
-    run_guarded(cb->fn);
+    cb->finish(e);
   }
 
   // Runs fn once everything now on `s` is done (Completions). Releases `lk`. A
@@ -769,13 +777,8 @@ class CudaBackend final : public Backend {
   void enqueue_completion(cudaStream_t s, std::function<void()> fn, const OpTag* tag,
                           std::atomic<uint32_t>* pending, std::unique_lock<std::mutex>& lk) {
     if (pending) pending->fetch_add(1, std::memory_order_acq_rel);
-    Completions::Done done = [this, fn = std::move(fn), who = tag ? *tag : OpTag{}, tell = tag != nullptr,
-                              pending](cudaError_t e) mutable {
-      if (sticky(to_status(e))) lost_.store(true, std::memory_order_relaxed);
-      if (e != cudaSuccess && tell) report(who, to_status(e));
-      run_guarded(fn);
-      if (pending) pending->fetch_sub(1, std::memory_order_acq_rel);
-    };
+    Completions::Done done = [cb = Callback{this, std::move(fn), tag ? *tag : OpTag{}, tag != nullptr, pending}](
+                                 cudaError_t e) mutable { cb.finish(e); };
     const cudaError_t e = completions_->watch(s, done);
     lk.unlock();
     if (e != cudaSuccess) done(e);
@@ -784,10 +787,7 @@ class CudaBackend final : public Backend {
   // On CUDA's callback thread: must not call CUDA.
   static void CUDART_CB on_callback(cudaStream_t, cudaError_t status, void* p) {
     std::unique_ptr<Callback> cb(static_cast<Callback*>(p));
-    if (sticky(to_status(status))) cb->self->lost_.store(true, std::memory_order_relaxed);
-    if (status != cudaSuccess && cb->report) cb->self->report(cb->tag, to_status(status));
-    run_guarded(cb->fn);
-    if (cb->pending) cb->pending->fetch_sub(1, std::memory_order_acq_rel);
+    cb->finish(status);
   }
 
   static void run_guarded(std::function<void()>& fn) {
@@ -805,7 +805,7 @@ class CudaBackend final : public Backend {
   int32_t attrs_[kDeviceAttributeCount] = {};
 
   std::mutex mu_;
-  std::atomic<bool> lost_{false};  // a kernel fault ended the context (sticky 700/716/719)
+  std::atomic<bool> lost_{false};  // a kernel fault ended the context (a sticky error)
   std::vector<cudaStream_t> streams_ = std::vector<cudaStream_t>(kMaxStreams);  // guarded by mu_; by stream id, [0] = cudaStreamLegacy
   std::vector<OpTag> last_tag_ = std::vector<OpTag>(kMaxStreams);  // guarded by mu_
   std::unordered_map<uint32_t, cudaEvent_t> events_;     // guarded by mu_

@@ -2,7 +2,6 @@
 
 #include <immintrin.h>
 #include <sys/prctl.h>
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,14 +10,10 @@
 namespace ordo::cuda {
 namespace {
 
-uint64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000 + uint64_t(ts.tv_nsec);
-}
-
-constexpr uint64_t kSpinNs = 20000;  // poll without sleeping while the youngest watch is this young
-constexpr uint64_t kMaxSleepNs = 200000;
+using Clock = std::chrono::steady_clock;
+// Poll without sleeping while the youngest watch is this young.
+constexpr Clock::duration kSpin = std::chrono::microseconds(20);
+constexpr Clock::duration kMaxSleep = std::chrono::microseconds(200);
 
 }  // namespace
 
@@ -53,7 +48,7 @@ cudaError_t Completions::watch(cudaStream_t s, Done& done) {
   }
   {
     std::lock_guard lk(mu_);
-    pending_.push_back({ev, s, now_ns(), std::move(done)});
+    pending_.push_back({ev, s, Clock::now(), std::move(done)});
   }
   cv_.notify_one();
   return cudaSuccess;
@@ -63,7 +58,8 @@ void Completions::run() {
   bind_();
   // This thread only polls: sleeping a microsecond longer than asked is plenty.
   prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
-  std::vector<Watch> work, finished;
+  std::vector<Watch> work, still;
+  std::vector<cudaEvent_t> freed;
   std::vector<cudaStream_t> behind;  // streams with an unfinished watch in this pass
   std::vector<cudaError_t> results;
   std::unique_lock lk(mu_);
@@ -84,33 +80,32 @@ void Completions::run() {
       results[i] = cudaEventQuery(work[i].event);
       if (results[i] == cudaErrorNotReady) behind.push_back(work[i].stream);
     }
-    std::vector<Watch> still;
     for (size_t i = 0; i < work.size(); ++i) {
       if (results[i] == cudaErrorNotReady) {
         still.push_back(std::move(work[i]));
         continue;
       }
       work[i].done(results[i]);
-      finished.push_back(std::move(work[i]));
+      freed.push_back(work[i].event);
     }
     work.clear();
     lk.lock();
-    for (Watch& w : finished) spare_.push_back(w.event);
-    finished.clear();
+    spare_.insert(spare_.end(), freed.begin(), freed.end());
+    freed.clear();
     // Older watches go back in front of those added meanwhile.
     pending_.insert(pending_.begin(), std::make_move_iterator(still.begin()), std::make_move_iterator(still.end()));
+    still.clear();
     if (pending_.empty()) continue;
-    uint64_t youngest = 0;
-    for (const Watch& w : pending_) youngest = std::max(youngest, w.since_ns);
-    const uint64_t now = now_ns();
-    const uint64_t age = now > youngest ? now - youngest : 0;
-    if (age < kSpinNs) {
+    Clock::time_point youngest{};
+    for (const Watch& w : pending_) youngest = std::max(youngest, w.since);
+    const Clock::duration age = Clock::now() - youngest;
+    if (age < kSpin) {
       lk.unlock();
       _mm_pause();
       lk.lock();
       continue;
     }
-    cv_.wait_for(lk, std::chrono::nanoseconds(std::min(age / 8, kMaxSleepNs)));
+    cv_.wait_for(lk, std::min<Clock::duration>(age / 8, kMaxSleep));
   }
 }
 

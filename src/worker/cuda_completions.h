@@ -14,6 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -43,7 +44,7 @@ class Completions {
   struct Watch {
     cudaEvent_t event;
     cudaStream_t stream;
-    uint64_t since_ns;
+    std::chrono::steady_clock::time_point since;  // when watched
     Done done;
   };
   void run();
