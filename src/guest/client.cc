@@ -22,17 +22,13 @@ namespace {
 
 std::atomic<uint64_t> g_next_client_id{1};
 
-uint64_t steady_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1000000;
-}
-
 uint64_t steady_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return uint64_t(ts.tv_sec) * 1000000000 + uint64_t(ts.tv_nsec);
 }
+
+uint64_t steady_ms() { return steady_ns() / 1000000; }
 
 constexpr uint64_t align16(uint64_t v) { return (v + 15) & ~uint64_t{15}; }
 
