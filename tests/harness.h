@@ -13,6 +13,7 @@
 #include "ordo/client.h"
 #include "ordo/region.h"
 #include "ordo/worker.h"
+#include "status_print.h"
 
 namespace ordo::test {
 

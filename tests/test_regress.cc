@@ -24,11 +24,6 @@
 #include "harness.h"
 #include "ordo/sim.h"
 
-namespace ordo {
-// gtest prints a Status by name instead of as raw bytes.
-inline void PrintTo(Status s, std::ostream* os) { *os << status_name(s) << " (" << int32_t(s) << ")"; }
-}  // namespace ordo
-
 namespace ordo::test {
 namespace {
 

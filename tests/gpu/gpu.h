@@ -7,16 +7,11 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <ostream>
 #include <string>
 #include <vector>
 
+#include "../status_print.h"
 #include "ordo/cuda_backend.h"
-
-namespace ordo {
-// gtest prints a Status by name and number (found by argument-dependent lookup).
-inline void PrintTo(Status s, std::ostream* os) { *os << status_name(s) << " (" << int32_t(s) << ")"; }
-}  // namespace ordo
 
 namespace ordo::test {
 
