@@ -134,6 +134,7 @@ InProcessWorker::InProcessWorker(WorkerOptions o, uint64_t size) {
 
 InProcessWorker::~InProcessWorker() {
   worker_->stop();
+  DoorbellRinger(doorbell_path(path_)).ring();  // a sleeping worker sees stop() only when woken
   thread_.join();
   worker_.reset();
   backend_.reset();

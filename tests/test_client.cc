@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -328,6 +329,47 @@ TEST(Client, IdleWorkerSleepsAndTheDoorbellWakesIt) {
   const uint64_t before = w.worker().stats().wakeups_by_doorbell;
   ASSERT_EQ(c->null_call(), Status::kSuccess);
   EXPECT_GT(w.worker().stats().wakeups_by_doorbell, before) << "the guest's call should have rung the doorbell";
+}
+
+// The guest publishes without a full fence before it reads worker_sleeping; the
+// worker's grace re-poll is what keeps a publish racing its sleep from being
+// lost (ARCHITECTURE.md, "Idle"). A worker that sleeps after every idle pass and
+// would otherwise sleep a minute: each async launch, issued at a random point
+// of the worker's sleep transition, must be dispatched without any guest help
+// (no sync call, no wait that nudges the doorbell).
+TEST(Client, AsyncPublishRacingTheWorkersSleepIsNeverLost) {
+  WorkerOptions o;
+  o.spin = std::chrono::microseconds(0);
+  o.max_sleep = std::chrono::seconds(60);
+  InProcessWorker w(o);
+  auto c = w.attach();
+  Stream s{};
+  ASSERT_EQ(c->stream_create(&s), Status::kSuccess);
+  const uint32_t add = kernel(*c, "ordo_add_u64");
+  uint64_t d = 0;
+  ASSERT_EQ(c->malloc(&d, 8), Status::kSuccess);
+  const uint64_t zero = 0;
+  ASSERT_EQ(c->memcpy_h2d(d, &zero, 8), Status::kSuccess);
+  const RingControl& ring = w.region().ring(c->ring_of_stream(s));
+  std::mt19937 rng(12);
+  constexpr int kLaunches = 4000;
+  for (int i = 0; i < kLaunches; ++i) {
+    const sim::AddU64Args a{d, 1};
+    ASSERT_EQ(c->launch(add, {1}, {1}, &a, sizeof a, s), Status::kSuccess);
+    const uint64_t want = ring.tail.load();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (ring.head.load() < want)
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "launch " << i << " was never dispatched: a lost wake-up";
+    // Land the next publish anywhere from "worker still awake" to "asleep".
+    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(rng() % 40000);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
+  ASSERT_EQ(c->stream_synchronize(s), Status::kSuccess);
+  uint64_t sum = 0;
+  ASSERT_EQ(c->memcpy_d2h(&sum, d, 8), Status::kSuccess);
+  EXPECT_EQ(sum, uint64_t(kLaunches));
+  EXPECT_GT(w.worker().stats().sleeps, uint64_t(kLaunches / 10)) << "the worker should have slept between most launches";
 }
 
 }  // namespace

@@ -421,8 +421,11 @@ uint64_t Client::last_position(Stream) const {
 }
 
 void Client::notify_worker() {
-  // Pairs with the worker's sleep handshake: publish, fence, then look at the flag.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // No full fence between the store just published and this load: the worker
+  // polls once more a grace period after announcing its sleep, by when the
+  // store has left this core's store buffer (ARCHITECTURE.md, "Idle"). The
+  // sfence flushes a write-combined BAR mapping's buffer, which has no such bound.
+  _mm_sfence();
   if (region_->header()->worker_sleeping.load(std::memory_order_relaxed)) bell_.ring();
 }
 

@@ -28,6 +28,10 @@ void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
 
 constexpr uint64_t kEventGenShift = 32;
 constexpr uint32_t kMaxEvents = 65536;
+// How long a store a guest issued before reading `worker_sleeping` may still be
+// on its way (a store buffer drains in well under a microsecond; VM exits and
+// interrupts only drain it sooner). Costs an idle worker one extra wake-up per sleep.
+constexpr std::chrono::microseconds kSleepGrace{50};
 constexpr uint32_t kBatch = 64;  // entries per ring per pass before the head is published
 
 }  // namespace
@@ -803,6 +807,14 @@ bool Worker::poll_once() {
   return poll_slots() || progressed;
 }
 
+// True when the doorbell rang.
+static bool sleep_on(DoorbellWaiter* doorbell, std::chrono::microseconds limit) {
+  if (doorbell) return doorbell->wait(limit);
+  timespec ts{0, long(std::min<int64_t>(limit.count(), 1000) * 1000)};
+  nanosleep(&ts, nullptr);
+  return false;
+}
+
 void Worker::run(DoorbellWaiter* doorbell) {
   RegionHeader* h = region_.header();
   uint64_t idle_since = 0;
@@ -840,20 +852,18 @@ void Worker::run(DoorbellWaiter* doorbell) {
       _mm_pause();
       continue;
     }
-    // Sleep handshake (io_uring SQPOLL's NEED_WAKEUP rule): announce, fence,
-    // look once more, then sleep. A guest publishes, fences, then checks the flag.
+    // Sleep handshake: announce, fence, look once more, sleep through a grace
+    // period, look again, then sleep. A guest publishes, then checks the flag
+    // without a fence of its own: a guest that read 0 stored its tail before
+    // the flag was set, and that store is visible well within the grace
+    // period, so the second look finds it (ARCHITECTURE.md, "Idle").
     h->worker_sleeping.store(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!poll_once()) {
       bump(counters_.sleeps);
-      const auto limit = opt_.max_sleep;
-      bool rang = false;
-      if (doorbell) {
-        rang = doorbell->wait(limit);
-      } else {
-        timespec ts{0, long(std::min<int64_t>(limit.count(), 1000) * 1000)};
-        nanosleep(&ts, nullptr);
-      }
+      const auto grace = std::min(kSleepGrace, opt_.max_sleep);
+      bool rang = sleep_on(doorbell, grace);
+      if (!rang && !poll_once()) rang = sleep_on(doorbell, opt_.max_sleep - grace);
       if (rang) bump(counters_.wakeups);
     }
     h->worker_sleeping.store(0, std::memory_order_relaxed);
