@@ -331,6 +331,38 @@ TEST(Client, IdleWorkerSleepsAndTheDoorbellWakesIt) {
   EXPECT_GT(w.worker().stats().wakeups_by_doorbell, before) << "the guest's call should have rung the doorbell";
 }
 
+// A thread that calls is watched: its next sync calls post nothing and the
+// worker finds them by reading the slot's request line. Idle for a heartbeat,
+// the slot is told it is no longer watched; a heartbeat later the worker stops
+// reading it, and its calls are found by their posts again.
+TEST(Client, SyncCallsOfAWatchedSlotNeedNoPost) {
+  InProcessWorker w;
+  auto c = w.attach();
+  ASSERT_EQ(c->null_call(), Status::kSuccess);
+  auto watched = [&] {
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < w.region().layout().slot_count; ++s) n += w.region().slot(s).watched.load();
+    return n;
+  };
+  EXPECT_EQ(watched(), 1u) << "the calling thread's slot";
+  const WorkerStats before = w.worker().stats();
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(c->null_call(), Status::kSuccess);
+  const WorkerStats after = w.worker().stats();
+  EXPECT_EQ(after.slot_requests - before.slot_requests, 1000u);
+  EXPECT_EQ(after.slot_posts, before.slot_posts) << "a watched slot's calls should not be posted";
+  // Two heartbeats (100 ms each) without a call: no longer watched.
+  bool left = false;
+  for (int i = 0; i < 300 && !left; ++i) {
+    left = watched() == 0;
+    if (!left) usleep(10000);
+  }
+  ASSERT_TRUE(left) << "an idle slot should stop being watched";
+  usleep(250000);  // the worker still reads it for a heartbeat after saying so, then drops it
+  ASSERT_EQ(c->null_call(), Status::kSuccess);
+  EXPECT_EQ(w.worker().stats().slot_posts, after.slot_posts + 1) << "an unwatched slot posts its request";
+  EXPECT_EQ(watched(), 1u) << "and is watched again";
+}
+
 // The guest publishes without a full fence before it reads worker_sleeping; the
 // worker's grace re-poll is what keeps a publish racing its sleep from being
 // lost (ARCHITECTURE.md, "Idle"). A worker that sleeps after every idle pass and

@@ -52,7 +52,8 @@ static_assert(alignof(RingControl) == kCacheLine);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 static_assert(alignof(ReplySlot) == kCacheLine);
-static_assert(sizeof(ReplySlot) == 832);
+static_assert(sizeof(ReplySlot) == 768);
+static_assert(sizeof(SlotRequest) == kCacheLine);
 static_assert(sizeof(RegionHeader) <= kHeaderSize);
 
 size_t line_of(size_t offset) { return offset / kCacheLine; }
@@ -82,32 +83,55 @@ TEST(Layout, RingControlIndicesOnSeparateCacheLines) {
 }
 
 TEST(Layout, ReplySlotFieldsOnSeparateLines) {
-  // Each writer's fields on their own lines: the guest's request, the guest's
-  // request_seq, the worker's reply, the worker's error channel, the guest's payload.
+  // Each writer's fields on their own lines: the guest's request (seq and call
+  // on one line, so an edgeless request is one line transfer), its edges, the
+  // worker's reply, the worker's error channel, the guest's payload.
   EXPECT_EQ(offsetof(ReplySlot, request), 0u);
-  const size_t req = offsetof(ReplySlot, request_seq);
+  EXPECT_EQ(offsetof(SlotRequest, seq), 0u);
+  EXPECT_EQ(line_of(offsetof(SlotRequest, arg) + sizeof(SlotRequest::arg) - 1), 0u);
+  const size_t edges = offsetof(ReplySlot, edges);
   const size_t rep = offsetof(ReplySlot, reply_seq);
   const size_t err = offsetof(ReplySlot, error_seq);
   const size_t pay = offsetof(ReplySlot, payload);
-  EXPECT_EQ(req, sizeof(Entry));
-  EXPECT_EQ(req % kCacheLine, 0u);
+  EXPECT_EQ(edges, kCacheLine);
   EXPECT_EQ(rep % kCacheLine, 0u);
   EXPECT_EQ(err % kCacheLine, 0u);
   EXPECT_EQ(pay % kCacheLine, 0u);
-  EXPECT_LT(req, rep);
+  EXPECT_EQ(line_of(edges + sizeof(ReplySlot::edges) - 1), line_of(edges));
+  EXPECT_LT(line_of(edges), line_of(rep));
   EXPECT_LT(rep, err);
   EXPECT_LT(err, pay);
-  // The reply words share reply_seq's line (written together by the worker) ...
+  // The reply words and `watched` share reply_seq's line (the guest reads them together) ...
   EXPECT_EQ(line_of(offsetof(ReplySlot, status)), line_of(rep));
+  EXPECT_EQ(line_of(offsetof(ReplySlot, watched)), line_of(rep));
   EXPECT_EQ(line_of(offsetof(ReplySlot, result) + sizeof(ReplySlot::result) - 1), line_of(rep));
   // ... and the error words share error_seq's line.
   EXPECT_EQ(line_of(offsetof(ReplySlot, error)), line_of(err));
   EXPECT_EQ(line_of(offsetof(ReplySlot, error_op)), line_of(err));
   EXPECT_EQ(line_of(offsetof(ReplySlot, error_pos)), line_of(err));
   EXPECT_EQ(line_of(offsetof(ReplySlot, error_ring)), line_of(err));
-  // The request (guest) never shares a line with anything the worker writes.
-  EXPECT_LT(line_of(sizeof(Entry) - 1), line_of(req));
   EXPECT_EQ(pay + kSlotPayload, sizeof(ReplySlot));
+}
+
+TEST(Layout, WriteRequestCarriesTheCallAndPublishesLast) {
+  ReplySlot s{};
+  Entry e{};
+  e.op = uint16_t(Op::EventSynchronize);
+  e.flags = 3;
+  e.edge_count = 2;
+  e.edges[0] = {1, 0, 7};
+  e.edges[1] = {2, 0, 9};
+  e.edges[2] = {3, 0, 11};  // beyond edge_count: not carried
+  for (unsigned k = 0; k < 6; ++k) e.arg[k] = 100 + k;
+  write_request(s, e, 42);
+  EXPECT_EQ(s.request.seq.load(), 42u);
+  EXPECT_EQ(s.request.op, e.op);
+  EXPECT_EQ(s.request.flags, 3u);
+  EXPECT_EQ(s.request.edge_count, 2u);
+  for (unsigned k = 0; k < 6; ++k) EXPECT_EQ(s.request.arg[k], 100u + k);
+  EXPECT_EQ(s.edges[0].pos, 7u);
+  EXPECT_EQ(s.edges[1].ring, 2u);
+  EXPECT_EQ(s.edges[2].pos, 0u);
 }
 
 TEST(Layout, HeaderWritersOnSeparateLines) {
@@ -336,7 +360,8 @@ TEST(Region, CreateThenMapAndValidate) {
     EXPECT_EQ(host->ring(r).completed.load(), 0u);
   }
   for (uint32_t s = 0; s < l.slot_count; ++s) {
-    EXPECT_EQ(host->slot(s).request_seq.load(), 0u);
+    EXPECT_EQ(host->slot(s).request.seq.load(), 0u);
+    EXPECT_EQ(host->slot(s).watched.load(), 0u);
     EXPECT_EQ(host->slot(s).reply_seq.load(), 0u);
     EXPECT_EQ(host->slot(s).error_seq.load(), 0u);
   }

@@ -506,7 +506,7 @@ class Hostile : public ::testing::Test {
     bell_ = std::make_unique<DoorbellRinger>(doorbell_path(w_.region_path()));
     tails_.assign(L_.ring_count, 0);
     error_seen_ = slot().error_seq.load(std::memory_order_acquire);
-    slot_seq_ = slot().request_seq.load(std::memory_order_relaxed);
+    slot_seq_ = slot().request.seq.load(std::memory_order_relaxed);
     ASSERT_EQ(c_->malloc(&dev_, kDevBytes), Status::kSuccess);
     ASSERT_EQ(c_->memset_async(dev_, 0, kDevBytes, kLegacyStream), Status::kSuccess);
     ASSERT_EQ(c_->device_synchronize(), Status::kSuccess);
@@ -619,10 +619,9 @@ class Hostile : public ::testing::Test {
   // A synchronous request written straight into slot S_.
   Status slot_call(const Entry& e, uint64_t* r0 = nullptr, const void* payload = nullptr, size_t n = 0) {
     ReplySlot& s = slot();
-    std::memcpy(&s.request, &e, sizeof e);
     if (payload) std::memcpy(s.payload, payload, n);
     const uint64_t seq = ++slot_seq_;
-    s.request_seq.store(seq, std::memory_order_release);
+    write_request(s, e, seq);
     post_slot(region().header(), S_);
     ring_bell();
     if (!eventually([&] { return s.reply_seq.load(std::memory_order_acquire) == seq; })) {
@@ -1285,12 +1284,11 @@ TEST_F(Hostile, ModuleOpsWithBadIdsSizesAndOffsets) {
 }
 
 TEST_F(Hostile, SlotSequenceJumpsAreAnswered) {
-  // request_seq is guest-written: any change is a new request, answered with that number.
+  // request.seq is guest-written: any change is a new request, answered with that number.
   ReplySlot& s = slot();
   for (uint64_t seq : {uint64_t{1000}, uint64_t{5}, UINT64_MAX, uint64_t{0}, uint64_t{1}}) {
     const Entry null_req = entry(Op::Null);
-    std::memcpy(&s.request, &null_req, sizeof(Entry));
-    s.request_seq.store(seq, std::memory_order_release);
+    write_request(s, null_req, seq);
     post_slot(region().header(), S_);
     ring_bell();
     ASSERT_TRUE(eventually([&] { return s.reply_seq.load(std::memory_order_acquire) == seq; })) << seq;
@@ -1455,8 +1453,7 @@ void free_while_kernel_runs() {
   ReplySlot& slot = region.slot(S);
   Entry f = entry(Op::Free);
   f.arg[0] = victim;
-  std::memcpy(&slot.request, &f, sizeof f);
-  slot.request_seq.store(1, std::memory_order_release);
+  write_request(slot, f, 1);
   post_slot(region.header(), S);
   bell.ring();
   check(eventually([&] { return slot.reply_seq.load(std::memory_order_acquire) == 1; }), 3);

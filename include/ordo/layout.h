@@ -6,7 +6,7 @@
 //   0              RegionHeader                         4 KiB
 //   rings_off      RingControl[ring_count]              192 B each
 //   entries_off    Entry[ring_count][ring_capacity]     128 B each
-//   slots_off      ReplySlot[slot_count]                1 KiB each
+//   slots_off      ReplySlot[slot_count]                768 B each
 //   staging_off    staging window[ring_count]           staging_per_ring bytes each
 //   heap_off       pinned heap (cudaMallocHost)         the rest, guest-managed
 #pragma once
@@ -19,7 +19,7 @@ namespace ordo {
 
 inline constexpr size_t kCacheLine = 64;
 inline constexpr uint64_t kMagic = 0x314745524f44524fULL;  // "ORDOREG1"
-inline constexpr uint32_t kLayoutVersion = 4;
+inline constexpr uint32_t kLayoutVersion = 5;
 inline constexpr uint32_t kMaxRings = 256;
 inline constexpr uint32_t kMaxSlots = 256;
 inline constexpr uint32_t kMaxEdges = 4;
@@ -92,13 +92,26 @@ inline constexpr uint32_t kDeviceAttributeCount = 256;
 inline constexpr uint32_t kDeviceAttributesPerCall = 128;
 static_assert(kDeviceAttributesPerCall * sizeof(int32_t) <= kSlotPayload && kDeviceAttributeCount % kDeviceAttributesPerCall == 0);
 
+// A sync call's request: seq and the call share one cache line, so a request
+// without edges reaches the worker in one line transfer. Slot requests name no
+// stream (their handles are in arg) and their thread is the slot itself.
+struct SlotRequest {
+  std::atomic<uint64_t> seq;  // bumped (release) after the rest of the request is written
+  uint16_t op;
+  uint16_t flags;
+  uint8_t edge_count;  // <= kMaxEdges; the edges are on the next line
+  uint8_t reserved[3];
+  uint64_t arg[6];
+};
+static_assert(sizeof(SlotRequest) == kCacheLine);
+
 // A guest thread's mailbox for synchronous calls and its async-error channel.
 struct ReplySlot {
-  Entry request;                                          // guest
-  alignas(kCacheLine) std::atomic<uint64_t> request_seq;  // guest: bump after writing request
-  alignas(kCacheLine) std::atomic<uint64_t> reply_seq;    // worker: == request_seq when answered
+  alignas(kCacheLine) SlotRequest request;                // guest
+  alignas(kCacheLine) Edge edges[kMaxEdges];              // guest: read only when request.edge_count > 0
+  alignas(kCacheLine) std::atomic<uint64_t> reply_seq;    // worker: == request.seq when answered
   int32_t status;                                         // worker
-  uint32_t reserved;
+  std::atomic<uint32_t> watched;                          // worker: 1 while it polls request.seq itself
   uint64_t result[2];                                     // worker
   alignas(kCacheLine) std::atomic<uint64_t> error_seq;    // worker: bumped per async error
   int32_t error;                                          // worker: the latest async error
@@ -107,7 +120,18 @@ struct ReplySlot {
   uint32_t error_ring;
   alignas(kCacheLine) char payload[kSlotPayload];         // guest: kernel names etc.
 };
-static_assert(sizeof(ReplySlot) == 832);
+static_assert(sizeof(ReplySlot) == 768);
+
+// Writes a sync request and publishes it as number `seq`. `e.thread` and
+// `e.stream` are not carried (see SlotRequest).
+inline void write_request(ReplySlot& s, const Entry& e, uint64_t seq) {
+  s.request.op = e.op;
+  s.request.flags = e.flags;
+  s.request.edge_count = e.edge_count;
+  for (unsigned k = 0; k < e.edge_count && k < kMaxEdges; ++k) s.edges[k] = e.edges[k];
+  for (unsigned k = 0; k < 6; ++k) s.request.arg[k] = e.arg[k];
+  s.request.seq.store(seq, std::memory_order_release);
+}
 
 // A host function's handshake (HostFunc), in the pinned heap: the worker says
 // the stream reached it, the guest's runner thread runs the function and says
@@ -156,9 +180,9 @@ struct RegionHeader {
 };
 static_assert(sizeof(RegionHeader) <= 4096);
 
-// Posts slot `s`'s request once request_seq is stored: the worker serves the
-// slots whose bits it takes instead of reading every slot's request_seq. A
-// locked RMW, so also the full fence before the guest reads worker_sleeping.
+// Posts slot `s`'s request once request.seq is stored, unless the slot is
+// watched: the worker serves the slots whose bits it takes (and the watched
+// ones) instead of reading every slot's request.seq.
 inline void post_slot(RegionHeader* h, uint32_t s) {
   h->slot_posted[(s / 64) % (kMaxSlots / 64)].fetch_or(uint64_t{1} << (s % 64), std::memory_order_seq_cst);
 }

@@ -47,6 +47,7 @@ struct WorkerStats {
   std::array<uint64_t, kOpCount> ops{};  // dispatched, per op
   uint64_t entries = 0;
   uint64_t slot_requests = 0;
+  uint64_t slot_posts = 0;   // of those, found through slot_posted (the rest: watched slots)
   uint64_t edge_waits = 0;   // entries that found an edge not yet satisfied
   uint64_t errors = 0;       // bad entries and failed calls
   uint64_t sleeps = 0;
@@ -101,8 +102,14 @@ class Worker {
     uint32_t fence_count = 0;  // fences dispatched: a stream is in `dirty` iff its mark equals this
     std::shared_ptr<FenceQueue> fences;
   };
+  // Watched: the guest skips posting and the worker reads request.seq each
+  // pass. Leaving: the guest was told to post again; still read for one heartbeat.
+  enum class Watch : uint8_t { kNone, kWatched, kLeaving };
+  static constexpr size_t kMaxWatched = 8;
   struct SlotState {
-    uint64_t taken = 0;       // the last request_seq taken
+    uint64_t taken = 0;       // the last request.seq taken
+    Watch watch = Watch::kNone;
+    bool active = false;      // a request since the last heartbeat
     bool staged = false;
     bool waited = false;
     uint64_t seq = 0;
@@ -120,6 +127,8 @@ class Worker {
   void dispatch_fence(uint32_t ring, uint64_t pos);
   bool poll_slots();
   bool try_slot(uint32_t s);
+  void watch(uint32_t s);
+  void age_watched();
   Status check_edges(const Entry& e, uint32_t own_ring, std::string* why);
   bool edges_ready(const Entry& e) const;
   bool waits_for_itself(uint32_t ring) const;  // ring's staged entry closes a cycle of waits
@@ -157,8 +166,9 @@ class Worker {
   std::map<uint64_t, std::pair<uint64_t, uint32_t>> globals_;
   std::set<uint32_t> modules_;                // module ids loaded by this guest
   uint32_t next_module_ = 1;                  // 0 means "no module" in KernelLookup
-  bool rescan_slots_ = true;    // read every slot's request_seq on the next pass
+  bool rescan_slots_ = true;    // read every slot's request.seq on the next pass
   uint32_t staged_slots_ = 0;   // slots holding a request that waits for edges
+  std::vector<uint32_t> watched_;  // slots in Watch::kWatched or kLeaving
   uint64_t attached_ = 0;       // guest session served; nothing is polled while 0
   std::atomic<int32_t> sticky_{0};  // a kernel fault: every later call fails with it (Status); backend threads set it
   uint64_t refused_ = 0;        // a session declared dead: not served again
@@ -172,7 +182,7 @@ class Worker {
   // Written by the dispatch thread (errors also by backend threads), read by stats().
   struct Counters {
     std::array<std::atomic<uint64_t>, kOpCount> ops{};
-    std::atomic<uint64_t> entries{0}, slot_requests{0}, edge_waits{0}, errors{0}, sleeps{0}, wakeups{0};
+    std::atomic<uint64_t> entries{0}, slot_requests{0}, slot_posts{0}, edge_waits{0}, errors{0}, sleeps{0}, wakeups{0};
     std::atomic<uint64_t> sessions{0}, sessions_lost{0}, allocations{0};
   } counters_;
   uint32_t logged_ = 0;

@@ -334,7 +334,7 @@ Client::ThreadState& Client::thread() {
   // error slot and borrow a lease slot for each sync call (more threads than
   // slots is normal: thread pools, one thread per request).
   t->err_slot = t->slot != kNoSlot ? t->slot : shared_slot_;
-  if (t->slot != kNoSlot) t->seq = region_->slot(t->slot).request_seq.load(std::memory_order_relaxed);
+  if (t->slot != kNoSlot) t->seq = region_->slot(t->slot).request.seq.load(std::memory_order_relaxed);
   if (t->err_slot != kNoSlot) t->error_seen = region_->slot(t->err_slot).error_seq.load(std::memory_order_acquire);
   auto [pos, _] = t_states.emplace(id_, std::unique_ptr<void, void (*)(void*)>(
                                             t, [](void* p) {
@@ -1437,19 +1437,20 @@ Status Client::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payl
     }
   } release{this, slot, leased};
   ReplySlot& s = region_->slot(slot);
-  e.thread = slot;
-  std::memcpy(&s.request, &e, sizeof(Entry));
   if (payload) {
     std::memset(s.payload, 0, kSlotPayload);
     std::memcpy(s.payload, payload->data(), payload->size());
   }
-  // Only this thread (or the lease holder) writes request_seq: read it back.
-  const uint64_t seq = (leased ? s.request_seq.load(std::memory_order_relaxed) : t.seq) + 1;
+  // Only this thread (or the lease holder) writes request.seq: read it back.
+  const uint64_t seq = (leased ? s.request.seq.load(std::memory_order_relaxed) : t.seq) + 1;
   if (!leased) t.seq = seq;
-  _mm_sfence();
-  s.request_seq.store(seq, std::memory_order_release);
-  post_slot(region_->header(), slot);
-  if (region_->header()->worker_sleeping.load(std::memory_order_relaxed)) bell_.ring();
+  _mm_sfence();  // the payload and edges before the request line, on a write-combined mapping too
+  write_request(s, e, seq);
+  // A slot the worker watches needs no post: it reads request.seq itself, and
+  // goes on reading it for a heartbeat after it says it stopped, so a stale
+  // `watched` read here loses nothing (ARCHITECTURE.md, "Sync calls").
+  if (!s.watched.load(std::memory_order_relaxed)) post_slot(region_->header(), slot);
+  notify_worker();
   if (Status st = wait_worker(s.reply_seq, seq); !ok(st)) return st;
   if (r0) *r0 = s.result[0];
   if (r1) *r1 = s.result[1];

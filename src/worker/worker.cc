@@ -436,12 +436,29 @@ bool Worker::try_slot(uint32_t s) {
   SlotState& ss = slots_[s];
   ReplySlot& slot = region_.slot(s);
   if (!ss.staged) {
-    const uint64_t seq = slot.request_seq.load(std::memory_order_acquire);
+    const uint64_t seq = slot.request.seq.load(std::memory_order_acquire);
     if (seq == ss.taken) return false;
     ss.taken = seq;
     ss.seq = seq;
+    ss.active = true;
+    if (ss.watch == Watch::kLeaving) watch(s);
     bump(counters_.slot_requests);
-    std::memcpy(&ss.entry, &slot.request, sizeof(Entry));
+    // Copied out once, then only the copy is read.
+    struct {
+      uint64_t seq;
+      uint16_t op, flags;
+      uint8_t edge_count, reserved[3];
+      uint64_t arg[6];
+    } req;
+    static_assert(sizeof req == sizeof(SlotRequest) && offsetof(decltype(req), arg) == offsetof(SlotRequest, arg));
+    std::memcpy(&req, &slot.request, sizeof req);
+    ss.entry = Entry{};
+    ss.entry.op = req.op;
+    ss.entry.flags = req.flags;
+    ss.entry.edge_count = req.edge_count;
+    ss.entry.thread = s;
+    std::memcpy(ss.entry.arg, req.arg, sizeof req.arg);
+    if (req.edge_count) std::memcpy(ss.entry.edges, slot.edges, sizeof slot.edges);
     std::string why;
     Status st = check_entry(ss.entry, Path::Slot, layout_, &why);
     if (ok(st)) st = check_edges(ss.entry, kMaxRings, &why);
@@ -632,16 +649,54 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
   }
 }
 
+void Worker::watch(uint32_t s) {
+  slots_[s].watch = Watch::kWatched;
+  region_.slot(s).watched.store(1, std::memory_order_relaxed);
+}
+
+void Worker::age_watched() {
+  // A slot idle for a heartbeat is told it is no longer watched, and is still
+  // read for one more: a guest that read `watched` just before it changed
+  // published its request well before then.
+  for (size_t i = 0; i < watched_.size();) {
+    SlotState& ss = slots_[watched_[i]];
+    if (ss.active) {
+      ss.active = false;
+    } else if (ss.watch == Watch::kWatched) {
+      ss.watch = Watch::kLeaving;
+      region_.slot(watched_[i]).watched.store(0, std::memory_order_relaxed);
+    } else {
+      ss.watch = Watch::kNone;
+      watched_[i] = watched_.back();
+      watched_.pop_back();
+      continue;
+    }
+    ++i;
+  }
+}
+
 bool Worker::poll_slots() {
   bool progressed = false;
   RegionHeader* h = region_.header();
+  // Watched slots: their guests post nothing, request.seq is the signal.
+  for (uint32_t s : watched_)
+    if (!slots_[s].staged) progressed |= try_slot(s), staged_slots_ += slots_[s].staged;
   // Posted slots: one relaxed load per 64 slots when nothing is new.
   for (uint32_t w = 0; w * 64 < layout_.slot_count; ++w) {
     if (!h->slot_posted[w].load(std::memory_order_relaxed)) continue;
     for (uint64_t bits = h->slot_posted[w].exchange(0, std::memory_order_acq_rel); bits; bits &= bits - 1) {
       const uint32_t s = w * 64 + uint32_t(__builtin_ctzll(bits));
       if (s >= layout_.slot_count || slots_[s].staged) continue;
-      progressed |= try_slot(s);
+      // A slot that calls is likely to call again: watch it (up to kMaxWatched),
+      // from before its reply, so its next call already skips the post.
+      if (slots_[s].watch == Watch::kNone && watched_.size() < kMaxWatched) {
+        watched_.push_back(s);
+        watch(s);
+      }
+      if (try_slot(s)) {
+        progressed = true;
+        bump(counters_.slot_posts);
+      }
       staged_slots_ += slots_[s].staged;  // its edges are not ready yet: retried below from now on
     }
   }
@@ -670,8 +725,9 @@ void Worker::attach_session(uint64_t session) {
   }
   for (uint32_t i = 0; i < layout_.slot_count; ++i) {
     ReplySlot& slot = region_.slot(i);
-    slot.request_seq.store(0, std::memory_order_relaxed);
+    slot.request.seq.store(0, std::memory_order_relaxed);
     slot.reply_seq.store(0, std::memory_order_relaxed);
+    slot.watched.store(0, std::memory_order_relaxed);
     slot.error_seq.store(0, std::memory_order_relaxed);
   }
   RegionHeader* h = region_.header();
@@ -743,6 +799,7 @@ void Worker::reset_session() {
     rings_[r].fences = std::make_shared<FenceQueue>(&region_.ring(r));
   }
   for (auto& ss : slots_) ss = SlotState{};
+  watched_.clear();
   {
     std::lock_guard lock(error_mu_);
     ++session_epoch_;
@@ -836,6 +893,7 @@ void Worker::run(DoorbellWaiter* doorbell) {
       h->heartbeat_ns.store(now, std::memory_order_relaxed);
       last_beat = now;
       rescan_slots_ = true;
+      age_watched();
       check_session(now);
     } else if (h->guest_session.load(std::memory_order_relaxed) != attached_) {
       check_session(now);
@@ -886,6 +944,7 @@ WorkerStats Worker::stats() const {
   for (size_t i = 0; i < kOpCount; ++i) s.ops[i] = counters_.ops[i].load(std::memory_order_relaxed);
   s.entries = counters_.entries.load(std::memory_order_relaxed);
   s.slot_requests = counters_.slot_requests.load(std::memory_order_relaxed);
+  s.slot_posts = counters_.slot_posts.load(std::memory_order_relaxed);
   s.edge_waits = counters_.edge_waits.load(std::memory_order_relaxed);
   s.errors = counters_.errors.load(std::memory_order_relaxed);
   s.sleeps = counters_.sleeps.load(std::memory_order_relaxed);
@@ -899,7 +958,7 @@ WorkerStats Worker::stats() const {
 std::string WorkerStats::table() const {
   std::ostringstream o;
   o << "ring entries dispatched  " << entries << "\n"
-    << "sync requests            " << slot_requests << "\n"
+    << "sync requests            " << slot_requests << " (" << slot_posts << " found by their posted bit)\n"
     << "entries that waited      " << edge_waits << "\n"
     << "errors                   " << errors << "\n"
     << "idle sleeps              " << sleeps << " (" << wakeups_by_doorbell << " ended by doorbell)\n"
@@ -912,7 +971,7 @@ std::string WorkerStats::table() const {
 
 std::string WorkerStats::json() const {
   std::ostringstream o;
-  o << "{\"entries\":" << entries << ",\"sync_requests\":" << slot_requests << ",\"edge_waits\":" << edge_waits
+  o << "{\"entries\":" << entries << ",\"sync_requests\":" << slot_requests << ",\"sync_requests_posted\":" << slot_posts << ",\"edge_waits\":" << edge_waits
     << ",\"errors\":" << errors << ",\"sleeps\":" << sleeps << ",\"doorbell_wakeups\":" << wakeups_by_doorbell
     << ",\"sessions\":" << sessions << ",\"sessions_lost\":" << sessions_lost << ",\"allocations\":" << allocations
     << ",\"ops\":{";

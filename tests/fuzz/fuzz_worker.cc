@@ -146,9 +146,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 4: {  // a slot request
         const uint32_t slot = uint32_t(in.take(1)) % l.slot_count;
         ReplySlot& s = r.slot(slot);
-        in.fill(&s.request, sizeof(Entry));
+        const uint64_t seq = s.request.seq.load();
+        in.fill(&s.request, sizeof s.request);
+        in.fill(s.edges, sizeof s.edges);
         in.fill(s.payload, size_t(in.take(1)));
-        s.request_seq.store(s.request_seq.load() + 1 + in.take(1) % 2 * in.take(8));
+        s.request.seq.store(seq + 1 + in.take(1) % 2 * in.take(8));
         // Any bits at all, or the slot's own.
         if (in.take(1) % 2) h->slot_posted[in.take(1) % (kMaxSlots / 64)].store(in.take(8));
         else post_slot(h, slot);
@@ -176,8 +178,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         e.op = uint16_t(9 + in.take(1) % 9);
         e.arg[0] = in.take(1) % 2 ? 0x100000000000ull + in.take(2) : in.take(4);
         e.arg[1] = in.take(4);
-        s.request = e;
-        s.request_seq.store(s.request_seq.load() + 1);
+        write_request(s, e, s.request.seq.load() + 1);
         post_slot(h, slot);
         break;
       }

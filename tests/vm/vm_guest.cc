@@ -53,8 +53,7 @@ int hostile(Client& c) {
     r.header()->ring_open[ring / 64].store(rng());
     const uint32_t slot = uint32_t(rng() % l.slot_count);
     ReplySlot& s = r.slot(slot);
-    s.request = e;
-    s.request_seq.fetch_add(1);
+    write_request(s, e, s.request.seq.load() + 1);
     if (round % 2) post_slot(r.header(), slot);
     else r.header()->slot_posted[rng() % (kMaxSlots / 64)].store(rng());
   }
