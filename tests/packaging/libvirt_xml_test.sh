@@ -46,7 +46,7 @@ else:
     print(s.find("model").get("type"), s.get("name"), "-" if server is None else server.get("path"), mib)
 PY
 )
-  echo "$(basename "$xml"): valid; $model, name $name, server $path, size $mib MiB"
+  echo "$(basename "$xml"): $model, name $name, server $path, size $mib MiB"
   models+=" $model"
   [ "$name" = "$(basename "$region")" ] || bad "$(basename "$xml"): shmem name $name, but the worker serves $region"
   case $model in
