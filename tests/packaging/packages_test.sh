@@ -92,7 +92,9 @@ done
 echo "== guest loader path"
 # As in a guest's /etc: ldconfig must find libcuda.so.1 through the package's drop-in.
 echo 'include /etc/ld.so.conf.d/*.conf' > "$tmp/guest/etc/ld.so.conf"
-/sbin/ldconfig -r "$tmp/guest"
+ldconfig=(/sbin/ldconfig)
+[ "$(id -u)" -eq 0 ] || ldconfig=(unshare -r /sbin/ldconfig)  # -r chroots
+"${ldconfig[@]}" -r "$tmp/guest" || bad "${ldconfig[*]} -r failed in the guest root"
 found=$(/sbin/ldconfig -C "$tmp/guest/etc/ld.so.cache" -p | sed -n 's/^\tlibcuda\.so\.1 .* => //p')
 [ "$found" = "/usr/lib/$multiarch/ordo/libcuda.so.1" ] || bad "ldconfig in the guest root resolves libcuda.so.1 to '$found'"
 echo "libcuda.so.1 => $found"
