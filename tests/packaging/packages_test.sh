@@ -68,8 +68,10 @@ libs=$(cd "$tmp/host" && find . -name 'lib*.so*' -o -path '*/ld.so.conf.d/*')
 [ -z "$libs" ] || bad "ordo-host installs libraries or loader paths: $libs"
 
 echo "== systemd units"
-# A root where systemd-analyze finds the host package and the targets units depend on.
+# A root where systemd-analyze finds the host package, the targets units
+# depend on and the programs the units run from other packages.
 cp /lib/systemd/system/*.target "$tmp/host/lib/systemd/system/"
+mkdir -p "$tmp/host/bin" && cp -L /bin/touch "$tmp/host/bin/touch"
 for unit in ordo-worker@ ordo-ivshmem-server@; do
   out=$(systemd-analyze verify --root="$tmp/host" --man=no "${unit}vm1.service" 2>&1)
   rc=$?
