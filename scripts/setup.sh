@@ -8,7 +8,9 @@ PACKAGES=(meson ninja-build g++ pkg-config libboost-dev liburing-dev libbenchmar
   # the fuzzer (scripts/fuzz.sh): clang with libFuzzer and the sanitizer runtimes
   clang libclang-rt-14-dev
   # the QEMU guest test (tests/vm): TCG needs no KVM
-  qemu-system-x86 linux-image-amd64 busybox-static cpio)
+  qemu-system-x86 linux-image-amd64 busybox-static cpio
+  # the package tests (tests/packaging): dpkg-buildpackage, lintian, systemd-analyze, virt-xml-validate
+  debhelper lintian systemd libvirt-clients)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -135,7 +135,8 @@ tsan_workaround() {
 }
 
 T0=$(now)
-run_phase main build 1 -Dbuildtype=debugoptimized
+# Prefix /usr: the package test (tests/packaging) packages build/'s install sets.
+run_phase main build 1 -Dbuildtype=debugoptimized -Dprefix=/usr
 
 # libFuzzer over the worker's decoding, with ASan+UBSan (docs/SECURITY.md).
 if [ "${ORDO_FUZZ_SECONDS:-60}" != 0 ]; then

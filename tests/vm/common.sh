@@ -24,14 +24,18 @@ cp /bin/busybox "$tmp/root/bin/busybox"
 cp "$src/init" "$tmp/root/init" && chmod +x "$tmp/root/init"
 cp "$guest" "$tmp/root/ordo-vm-guest"
 
-stage_program() {  # SRC DEST: a dynamically linked program and the libraries ldd finds for it
-  mkdir -p "$tmp/root/$(dirname "$2")"
-  cp "$1" "$tmp/root/$2"
+stage_libs() {  # ELF: the libraries ldd finds for it, at the same paths in the guest
   local lib
   for lib in $(ldd "$1" | grep -o '/[^ ]*'); do
     mkdir -p "$tmp/root/$(dirname "$lib")"
     cp -L "$lib" "$tmp/root/$lib"
   done
+}
+
+stage_program() {  # SRC DEST: a dynamically linked program and its libraries
+  mkdir -p "$tmp/root/$(dirname "$2")"
+  cp "$1" "$tmp/root/$2"
+  stage_libs "$1"
 }
 
 # After staging: the init runs /ordo-vm-guest, then /extra.sh if there is one.

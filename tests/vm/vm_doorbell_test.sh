@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ivshmem-doorbell mode against plain mode, in real QEMU guests (TCG).
-#   vm_doorbell_test.sh ORDO_WORKER ORDO_IVSHMEM_SERVER ORDO_VM_GUEST [DRIVER_DIR TWINS CUDA_PROGRAM...]
+#   vm_doorbell_test.sh ORDO_WORKER ORDO_IVSHMEM_SERVER ORDO_VM_GUEST [BUILD_DIR TWINS CUDA_PROGRAM...]
 # Worker D joins an ordo-ivshmem-server and sleeps up to 3 s when idle; VM D has
 # an ivshmem-doorbell device on that server. Worker P serves VM P's
 # ivshmem-plain device and polls every 20 ms when idle. Both guests run the quick
@@ -9,31 +9,46 @@
 # a missed ring would cost seconds per call and show no doorbell wake-ups).
 # Also prints each idle worker's CPU use. With the CUDA arguments, VM D then runs
 # unmodified programs built with plain nvcc (static cudart) through ordo's
-# libcuda.so.1 (worker D loads their kernel twins): a CUDA program in a real guest. Exits 77 when QEMU etc.
-# are missing.
+# libcuda.so.1 (worker D loads their kernel twins): a CUDA program in a real
+# guest, with the guest set installed as the ordo-guest package installs it
+# (BUILD_DIR's meson install --tags guest, the ld.so.conf.d drop-in, ldconfig in
+# the guest) and no LD_LIBRARY_PATH. Exits 77 when QEMU etc. are missing.
 set -uo pipefail
 worker=$1 server=$2 guest=$3
 shift 3
 source "$(dirname "$0")/common.sh"
 cuda_worker_args=()
 cuda_progs=()
+libcuda_path=
 if [ $# -ge 3 ]; then
-  driver_dir=$1 twins=$2
+  build=$1 twins=$2
   shift 2
   cuda_worker_args=(--sim-kernels "$twins")
-  # libcuda.so.1 dlopens libzstd for compressed fatbin entries.
+  # What ordo-guest holds and installs (packaging/debian/rules), and a
+  # Debian guest's ld.so.conf and ldconfig.
+  meson install -C "$build" --no-rebuild --quiet --strip --tags guest --destdir "$tmp/root" ||
+    { echo "FAIL: meson install --tags guest"; exit 1; }
+  mkdir -p "$tmp/root/etc/ld.so.conf.d" "$tmp/root/sbin"
+  cp "$build/src/guest/cuda/ordo.conf" "$tmp/root/etc/ld.so.conf.d/ordo.conf"
+  echo 'include /etc/ld.so.conf.d/*.conf' > "$tmp/root/etc/ld.so.conf"
+  cp /sbin/ldconfig "$tmp/root/sbin/ldconfig"  # static
+  libcuda_path=$(cat "$build/src/guest/cuda/ordo.conf")/libcuda.so.1
+  [ -f "$tmp/root/$libcuda_path" ] || { echo "FAIL: meson install --tags guest installed no $libcuda_path"; exit 1; }
+  stage_libs "$tmp/root/$libcuda_path"
+  # libcuda.so.1 dlopens libzstd for compressed fatbin entries (ordo-guest recommends libzstd1).
   zstd=$(ldconfig -p | awk '/libzstd\.so\.1 / {print $NF; exit}')
-  stage_program "$driver_dir/libcuda.so.1" /lib/ordo/libcuda.so.1
-  [ -n "$zstd" ] && cp -L "$zstd" "$tmp/root/lib/ordo/libzstd.so.1"
+  [ -n "$zstd" ] && mkdir -p "$tmp/root/$(dirname "$zstd")" && cp -L "$zstd" "$tmp/root/$zstd"
   {
     echo '#!/bin/sh'
     echo 'grep -q -- --cuda /proc/cmdline || exit 0'
+    echo '/sbin/ldconfig'
+    echo 'echo "ordo-vm: ldconfig: $(/sbin/ldconfig -p | grep "libcuda\.so\.1 ")"'
     for prog in "$@"; do
       name=$(basename "$prog")
       stage_program "$prog" "/cuda/$name"
       arg=; [ "${name%_static}" = seed ] && arg=10
       echo "echo \"ordo-vm: cuda program $name\""
-      echo "ORDO_REGION=ivshmem LD_LIBRARY_PATH=/lib/ordo /cuda/$name $arg > /out 2>&1; rc=\$?"
+      echo "ORDO_REGION=ivshmem /cuda/$name $arg > /out 2>&1; rc=\$?"
       echo "sed 's/^/ordo-vm:   /' /out"
       echo "echo \"ordo-vm: cuda $name exit \$rc\""
       cuda_progs+=("$name")
@@ -76,6 +91,10 @@ wait "$worker_d" "$worker_p" 2>/dev/null
 fail=0
 grep -aq 'ordo-vm: RESULT PASS' "$tmp/d.vm.log" || { echo "FAIL: VM D did not pass (qemu rc $rc_d)"; tail -n 30 "$tmp/d.vm.log"; fail=1; }
 grep -aq 'ordo-vm: RESULT PASS' "$tmp/p.vm.log" || { echo "FAIL: VM P did not pass (qemu rc $rc_p)"; tail -n 30 "$tmp/p.vm.log"; fail=1; }
+if [ -n "$libcuda_path" ]; then
+  grep -aq "ordo-vm: ldconfig: .*libcuda\.so\.1 .*=> $libcuda_path" "$tmp/d.vm.log" ||
+    { echo "FAIL: ldconfig in VM D did not put $libcuda_path on the loader's path"; fail=1; }
+fi
 for name in "${cuda_progs[@]}"; do
   grep -aq "ordo-vm: cuda $name exit 0" "$tmp/d.vm.log" ||
     { echo "FAIL: CUDA program $name did not pass in VM D"; fail=1; }
