@@ -9,7 +9,9 @@
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 
 #include "ordo/backend.h"
 #include "ordo/client.h"
+#include "ordo/doorbell.h"
 #include "ordo/null_backend.h"
 #include "ordo/layout.h"
 #include "ordo/region.h"
@@ -583,6 +586,78 @@ BENCHMARK(BM_SpscRoundTrip)->Name("baseline/spsc_queue_roundtrip")->UseRealTime(
 double ns_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// ---- sessions --------------------------------------------------------------
+//
+// Aggregate launch rate of N guest processes on one region (ordo-worker
+// --sessions 4, null backend: transport and dispatch only), each launching
+// kLaunches on a stream of its own and synchronizing. Process start and attach
+// are outside the timed part: the processes wait on a pipe to start together.
+
+void BM_Sessions(benchmark::State& state) {
+  constexpr int kLaunches = 20000;
+  const char* exe = std::getenv("ORDO_WORKER");
+  if (!exe) {
+    state.SkipWithError("ORDO_WORKER is not set (meson test --benchmark sets it to the built ordo-worker)");
+    return;
+  }
+  const std::string region = "/dev/shm/ordo-bench-sessions-" + std::to_string(getpid());
+  const std::string ready = region + ".ready";
+  const pid_t worker = fork();
+  if (worker == 0) {
+    execl(exe, exe, "--region", region.c_str(), "--size", "64M", "--sessions", "4", "--backend", "null",
+          "--ready-file", ready.c_str(), "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 1000 && access(ready.c_str(), F_OK) != 0; ++i) usleep(5000);
+  const int n = int(state.range(0));
+  for (auto _ : state) {
+    int go[2], attached[2];
+    if (pipe(go) != 0 || pipe(attached) != 0) die("pipe failed");
+    std::vector<pid_t> guests;
+    for (int k = 0; k < n; ++k) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        std::string err;
+        auto c = ordo::Client::attach(region, &err);
+        ordo::Stream s{};
+        if (!c || !ok(c->stream_create(&s))) _exit(2);
+        char b = 1;
+        if (write(attached[1], &b, 1) != 1 || read(go[0], &b, 1) != 1) _exit(3);
+        const Args16 args{1, 2};
+        for (int i = 0; i < kLaunches; ++i)
+          if (!ok(c->launch(0, {1}, {1}, &args, sizeof args, s))) _exit(4);
+        _exit(ok(c->stream_synchronize(s)) ? 0 : 5);
+      }
+      guests.push_back(pid);
+    }
+    char b;
+    for (int k = 0; k < n; ++k)
+      if (read(attached[0], &b, 1) != 1) die("a guest process did not attach");
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < n; ++k)
+      if (write(go[1], &b, 1) != 1) die("pipe write failed");
+    bool failed = false;
+    for (pid_t pid : guests) {
+      int st = 0;
+      waitpid(pid, &st, 0);
+      failed |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    state.SetIterationTime(ns_since(t0) * 1e-9);
+    for (int fd : {go[0], go[1], attached[0], attached[1]}) close(fd);
+    if (failed) {
+      state.SkipWithError("a guest process failed");
+      break;
+    }
+  }
+  kill(worker, SIGTERM);
+  waitpid(worker, nullptr, 0);
+  unlink(region.c_str());
+  for (uint32_t k = 0; k < 4; ++k) unlink(ordo::doorbell_path(region, k).c_str());
+  state.SetItemsProcessed(state.iterations() * n * kLaunches);
+}
+BENCHMARK(BM_Sessions)->Name("ordo/sessions/processes")->Arg(1)->Arg(2)->Arg(4)->UseManualTime()
+    ->Iterations(5);
 
 // Lets every idle worker pass its 200 us spin and sleep, then wakes `env`'s.
 void settle(Env* env) {

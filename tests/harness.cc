@@ -72,6 +72,13 @@ std::string WorkerProcess::stop() {
   return ss.str();
 }
 
+std::string WorkerProcess::log() const {
+  std::ifstream f(log_);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 std::string WorkerProcess::stats_now() {
   auto read_log = [&] {
     std::ifstream f(log_);
@@ -101,7 +108,7 @@ WorkerProcess::~WorkerProcess() {
   stop();
   if (owns_region_) {
     unlink(region_.c_str());
-    unlink(doorbell_path(region_).c_str());
+    for (uint32_t k = 0; k < kMaxPartitions; ++k) unlink(doorbell_path(region_, k).c_str());
   }
   unlink((region_ + ".ready").c_str());  // a worker that restarted (a lost GPU context) wrote it again
   unlink(log_.c_str());

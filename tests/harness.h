@@ -30,6 +30,8 @@ class WorkerProcess {
   pid_t pid() const { return pid_; }
   // Stops the worker and returns its stderr.
   std::string stop();
+  // Its stderr so far.
+  std::string log() const;
   // Asks the running worker for its counters (SIGUSR1) and returns the JSON line.
   std::string stats_now();
 

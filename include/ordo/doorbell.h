@@ -15,7 +15,8 @@
 
 namespace ordo {
 
-std::string doorbell_path(const std::string& region_path);
+// The worker of part `partition` of the region listens here.
+std::string doorbell_path(const std::string& region_path, uint32_t partition = 0);
 // The socket address of a doorbell path; false when the path is too long.
 bool doorbell_address(const std::string& path, sockaddr_un* addr);
 

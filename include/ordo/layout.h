@@ -164,6 +164,11 @@ struct RegionHeader {
   uint32_t version;
   uint32_t header_size;
   uint64_t session;          // random per worker start: a changed id means a new worker
+  // The region is `partitions` equal parts, one guest process (session) each,
+  // each served by a worker process of its own; this header begins part
+  // `partition`, and `layout` describes that part alone (region_size = its size).
+  uint32_t partition;
+  uint32_t partitions;
   Layout layout;
   // Worker-written liveness and sleep state.
   alignas(kCacheLine) std::atomic<uint64_t> heartbeat_ns;  // CLOCK_MONOTONIC of the host, advanced while serving
@@ -189,6 +194,8 @@ inline void post_slot(RegionHeader* h, uint32_t s) {
 inline constexpr uint64_t kHeaderSize = 4096;
 
 enum class WorkerState : uint32_t { kStarting = 0, kServing = 1, kStopped = 2 };
+
+inline constexpr uint32_t kMaxPartitions = 64;
 
 // Region geometry chosen for a region of `size` bytes (a power of two, >= 1 MiB).
 // Returns false with no change to `out` when the size cannot hold a useful layout.

@@ -12,19 +12,29 @@ namespace ordo {
 
 class Region {
  public:
-  // Host side: creates (or resets) the file at `path`, sizes it and writes a fresh
-  // header with `layout` and a new random session id.
-  static std::unique_ptr<Region> create(const std::string& path, const Layout& layout, std::string* error);
+  // Host side: creates (or reuses) the file at `path`, sized for `partitions`
+  // parts of layout.region_size bytes, maps part `partition` alone and writes
+  // it a fresh header with `layout` and a new random session id.
+  static std::unique_ptr<Region> create(const std::string& path, const Layout& layout, std::string* error,
+                                        uint32_t partition = 0, uint32_t partitions = 1);
+  // Creates the file at `path` with `size` bytes, or checks that it has them
+  // (never truncating a file a VM may have mapped).
+  static bool prepare_file(const std::string& path, uint64_t size, std::string* error);
   // Maps an existing region whose layout the worker already wrote (an ivshmem BAR
   // the host created). Nothing is trusted: callers validate().
   static std::unique_ptr<Region> map(const std::string& path, std::string* error);
+  // After validate() on the whole mapping: part `k` of it, validated in turn,
+  // as a region of its own (sharing the mapping).
+  std::unique_ptr<Region> partition(uint32_t k, std::string* error) const;
 
   ~Region();
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
-  // Guest side: checks magic, version and that the layout fits the mapping.
+  // Guest side: checks magic, version and that the layout fits the mapping
+  // (the whole region: its first part's header says how it is divided).
   bool validate(std::string* error);
+  uint32_t partitions() const { return partitions_; }
 
   RegionHeader* header() const { return reinterpret_cast<RegionHeader*>(base_); }
   const Layout& layout() const { return layout_; }
@@ -46,8 +56,10 @@ class Region {
  private:
   struct Mapping;
   Region() = default;
-  std::unique_ptr<Mapping> mapping_;
+  bool check_header(uint64_t part_size, uint32_t part, std::string* error);
+  std::shared_ptr<Mapping> mapping_;
   char* base_ = nullptr;
+  uint32_t partitions_ = 1;
   uint64_t size_ = 0;
   Layout layout_{};
   std::string path_;

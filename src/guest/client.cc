@@ -250,39 +250,74 @@ Client::~Client() {
 std::unique_ptr<Client> Client::attach(const std::string& spec, std::string* error, ClientOptions options) {
   const std::string path = resolve_region(spec, error);
   if (path.empty()) return nullptr;
-  auto region = Region::map(path, error);
-  if (!region) return nullptr;
-  if (!region->validate(error)) return nullptr;
-  if (region->header()->worker_state.load(std::memory_order_acquire) != uint32_t(WorkerState::kServing)) {
-    if (error) *error = "no worker is serving region " + path + " (start ordo-worker --region " + path + ")";
-    return nullptr;
-  }
+  auto whole = Region::map(path, error);
+  if (!whole) return nullptr;
+  if (!whole->validate(error)) return nullptr;
   if (const char* u = std::getenv("ORDO_UNORDERED"); u && *u == '1') options.ordered = false;
-  RegionHeader* h = region->header();
-  // One guest session per region. A session whose heartbeat still moves is alive.
-  if (const uint64_t other = h->attached_session.load(std::memory_order_acquire)) {
-    const uint64_t beat = h->guest_beat.load(std::memory_order_relaxed);
-    usleep(300000);
-    if (h->attached_session.load(std::memory_order_acquire) == other &&
-        h->guest_beat.load(std::memory_order_relaxed) != beat) {
-      if (error) *error = "region " + path + " is in use by another live guest session (one guest process per region)";
+  // One guest process (session) per part of the region, each part with a
+  // worker process of its own. A part is claimed with a compare-and-swap, so
+  // processes attaching at the same instant each get their own: first a free
+  // part, else one whose guest stopped its heartbeat (it died without detaching).
+  std::vector<std::unique_ptr<Region>> parts;
+  for (uint32_t k = 0; k < whole->partitions(); ++k) {
+    auto part = whole->partition(k, error);
+    if (!part) return nullptr;
+    parts.push_back(std::move(part));
+  }
+  std::random_device rd;
+  const uint64_t session = (uint64_t{rd()} << 32 | rd()) | 1;
+  auto serving = [](const Region& r) {
+    return r.header()->worker_state.load(std::memory_order_acquire) == uint32_t(WorkerState::kServing);
+  };
+  auto claim = [&](Region& r, uint64_t from) {
+    return serving(r) && r.header()->guest_session.compare_exchange_strong(from, session, std::memory_order_acq_rel);
+  };
+  std::unique_ptr<Region> region;
+  for (auto& p : parts)
+    if (!region && claim(*p, 0)) region = std::move(p);
+  if (!region) {
+    std::vector<uint64_t> owner(parts.size()), beat(parts.size());
+    bool any_serving = false;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      if (!parts[k]) continue;
+      any_serving |= serving(*parts[k]);
+      owner[k] = parts[k]->header()->guest_session.load(std::memory_order_acquire);
+      beat[k] = parts[k]->header()->guest_beat.load(std::memory_order_relaxed);
+    }
+    if (!any_serving) {
+      if (error) *error = "no worker is serving region " + path + " (start ordo-worker --region " + path + ")";
+      return nullptr;
+    }
+    usleep(300000);  // a live guest beats every 100 ms
+    for (size_t k = 0; k < parts.size() && !region; ++k)
+      if (parts[k] && parts[k]->header()->guest_beat.load(std::memory_order_relaxed) == beat[k] &&
+          claim(*parts[k], owner[k]))
+        region = std::move(parts[k]);
+    if (!region) {
+      if (error)
+        *error = "region " + path + " is in use by " +
+                 (parts.size() == 1 ? "another live guest process (its worker serves one: start ordo-worker with "
+                                      "--sessions 2 or more)"
+                                    : std::to_string(parts.size()) + " live guest processes, as many as it has "
+                                      "sessions (start ordo-worker with a larger --sessions)");
       return nullptr;
     }
   }
-  std::random_device rd;
-  uint64_t session = (uint64_t{rd()} << 32 | rd()) | 1;
-  h->guest_session.store(session, std::memory_order_release);
+  RegionHeader* h = region->header();
   WorkerBell bell(path, h);
   const uint64_t deadline = steady_ms() + uint64_t(options.attach_timeout.count());
   while (h->attached_session.load(std::memory_order_acquire) != session) {
     if (steady_ms() > deadline) {
+      uint64_t mine = session;
+      h->guest_session.compare_exchange_strong(mine, 0);  // the part is free again
       if (error) *error = "worker on " + path + " did not accept the guest session within " +
                           std::to_string(options.attach_timeout.count()) + " ms (is ordo-worker still running?)";
       return nullptr;
     }
     // A worker restarting (after a kernel fault on a GPU) resets the header:
     // ask again.
-    if (h->guest_session.load(std::memory_order_acquire) == 0) h->guest_session.store(session, std::memory_order_release);
+    uint64_t none = 0;
+    h->guest_session.compare_exchange_strong(none, session, std::memory_order_acq_rel);
     bell.ring();
     usleep(200);
   }

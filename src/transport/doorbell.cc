@@ -19,7 +19,9 @@ bool doorbell_address(const std::string& path, sockaddr_un* a) {
   return true;
 }
 
-std::string doorbell_path(const std::string& region_path) { return region_path + ".doorbell"; }
+std::string doorbell_path(const std::string& region_path, uint32_t partition) {
+  return region_path + ".doorbell" + (partition ? "." + std::to_string(partition) : "");
+}
 
 DoorbellRinger::DoorbellRinger(const std::string& path) : path_(path) {
   fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -39,7 +41,7 @@ void DoorbellRinger::ring() const {
 }
 
 WorkerBell::WorkerBell(const std::string& region_path, const RegionHeader* header)
-    : header_(header), socket_(doorbell_path(region_path)) {
+    : header_(header), socket_(doorbell_path(region_path, header->partition)) {
   // In a VM without the doorbell device (ivshmem-plain) BAR0 still maps and the
   // worker publishes no peer: the guest then rings nobody and the worker polls.
   if (const std::string bar0 = ivshmem_bar0_path(region_path); !bar0.empty()) vm_ = IvshmemBell::open(bar0, nullptr);

@@ -34,6 +34,11 @@ std::unique_ptr<Region> fail(std::string* error, std::string msg) {
   return nullptr;
 }
 
+bool failed(std::string* error, std::string msg) {
+  fail(error, std::move(msg));
+  return false;
+}
+
 uint64_t random_session() {
   std::random_device rd;
   uint64_t v = (uint64_t{rd()} << 32) ^ rd();
@@ -49,7 +54,7 @@ std::unique_ptr<Region> Region::map(const std::string& path, std::string* error)
                            " (start ordo-worker --region " + path + " first, or set ORDO_REGION)");
   std::unique_ptr<Region> r(new Region());
   try {
-    auto m = std::make_unique<Mapping>();
+    auto m = std::make_shared<Mapping>();
     m->file = bip::file_mapping(path.c_str(), bip::read_write);
     m->region = bip::mapped_region(m->file, bip::read_write);
     r->base_ = static_cast<char*>(m->region.get_address());
@@ -62,31 +67,51 @@ std::unique_ptr<Region> Region::map(const std::string& path, std::string* error)
   return r;
 }
 
-std::unique_ptr<Region> Region::create(const std::string& path, const Layout& layout, std::string* error) {
+bool Region::prepare_file(const std::string& path, uint64_t size, std::string* error) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0660);
-  if (fd < 0) return fail(error, "cannot create region " + path + ": " + std::strerror(errno));
+  if (fd < 0) return failed(error, "cannot create region " + path + ": " + std::strerror(errno));
   // Never shrink or truncate a region someone may have mapped (a VM, an old
   // guest): their next access would fault. Reuse it at the same size only.
   struct stat st{};
   bool sized = ::fstat(fd, &st) == 0;
   int saved = errno;
   if (sized && st.st_size == 0) {
-    sized = ::ftruncate(fd, static_cast<off_t>(layout.region_size)) == 0;
+    sized = ::ftruncate(fd, static_cast<off_t>(size)) == 0;
     saved = errno;
-  } else if (sized && uint64_t(st.st_size) != layout.region_size) {
+  } else if (sized && uint64_t(st.st_size) != size) {
     ::close(fd);
-    return fail(error, "region " + path + " already exists with " + std::to_string(st.st_size) +
-                           " bytes, not " + std::to_string(layout.region_size) +
-                           " (pass --size " + std::to_string(st.st_size) + " or remove the file when no VM uses it)");
+    return failed(error, "region " + path + " already exists with " + std::to_string(st.st_size) + " bytes, not " +
+                             std::to_string(size) + " (pass --size " + std::to_string(st.st_size) +
+                             " or remove the file when no VM uses it)");
   }
   ::close(fd);
   if (!sized)
-    return fail(error, "cannot size region " + path + " to " + std::to_string(layout.region_size) +
-                           " bytes: " + std::strerror(saved) + " (is /dev/shm large enough?)");
-  auto r = map(path, error);
-  if (!r) return nullptr;
+    return failed(error, "cannot size region " + path + " to " + std::to_string(size) + " bytes: " +
+                             std::strerror(saved) + " (is /dev/shm large enough?)");
+  return true;
+}
+
+std::unique_ptr<Region> Region::create(const std::string& path, const Layout& layout, std::string* error,
+                                       uint32_t partition, uint32_t partitions) {
+  if (partitions == 0 || partitions > kMaxPartitions || partition >= partitions)
+    return fail(error, "region " + path + ": part " + std::to_string(partition) + " of " + std::to_string(partitions));
+  if (!prepare_file(path, layout.region_size * partitions, error)) return nullptr;
+  std::unique_ptr<Region> r(new Region());
+  try {
+    auto m = std::make_shared<Mapping>();
+    m->file = bip::file_mapping(path.c_str(), bip::read_write);
+    m->region = bip::mapped_region(m->file, bip::read_write, bip::offset_t(layout.region_size * partition),
+                                   layout.region_size);
+    r->base_ = static_cast<char*>(m->region.get_address());
+    r->size_ = m->region.get_size();
+    r->mapping_ = std::move(m);
+  } catch (const bip::interprocess_exception& e) {
+    return fail(error, "cannot map region " + path + ": " + e.what() + " (need read-write access)");
+  }
+  r->path_ = path;
   if (r->size_ != layout.region_size) return fail(error, "region " + path + " mapped with the wrong size");
   r->layout_ = layout;
+  r->partitions_ = partitions;
   // Retract the magic first, so an attached guest sees "no worker", then wipe.
   reinterpret_cast<std::atomic<uint64_t>*>(r->base_)->store(0, std::memory_order_release);
   std::memset(r->base_ + sizeof(uint64_t), 0, layout.region_size - sizeof(uint64_t));
@@ -94,6 +119,8 @@ std::unique_ptr<Region> Region::create(const std::string& path, const Layout& la
   h->version = kLayoutVersion;
   h->header_size = kHeaderSize;
   h->session = random_session();
+  h->partition = partition;
+  h->partitions = partitions;
   h->layout = layout;
   for (uint32_t i = 0; i < layout.ring_count; ++i) new (&r->ring(i)) RingControl();
   for (uint32_t i = 0; i < layout.slot_count; ++i) new (&r->slot(i)) ReplySlot();
@@ -104,9 +131,9 @@ std::unique_ptr<Region> Region::create(const std::string& path, const Layout& la
   return r;
 }
 
-bool Region::validate(std::string* error) {
+bool Region::check_header(uint64_t part_size, uint32_t part, std::string* error) {
   auto bad = [&](std::string msg) {
-    if (error) *error = "region " + path_ + ": " + msg;
+    if (error) *error = "region " + path_ + (part ? " part " + std::to_string(part) : "") + ": " + msg;
     return false;
   };
   if (size_ < kHeaderSize) return bad("smaller than its header");
@@ -118,12 +145,36 @@ bool Region::validate(std::string* error) {
                std::to_string(kLayoutVersion) + " (rebuild the guest and worker from one ordo version)");
   Layout l = h->layout;
   Layout expect{};
-  if (l.region_size != size_ ||
+  if (l.region_size != part_size || h->partition != part ||
       !plan_layout(l.region_size, l.ring_count, l.ring_capacity, l.slot_count, l.staging_per_ring, &expect) ||
       std::memcmp(&expect, &l, sizeof(Layout)) != 0)
     return bad("inconsistent layout in header (region corrupt or size mismatch)");
   layout_ = l;
   return true;
+}
+
+bool Region::validate(std::string* error) {
+  if (size_ < kHeaderSize) return check_header(0, 0, error);
+  // Part 0's header says how the region is divided; every part checks its own.
+  const uint32_t n = header()->partitions;
+  if (n == 0 || n > kMaxPartitions || size_ % n != 0) {
+    if (error) *error = "region " + path_ + ": inconsistent layout in header (region corrupt or size mismatch)";
+    return false;
+  }
+  partitions_ = n;
+  return check_header(size_ / n, 0, error);
+}
+
+std::unique_ptr<Region> Region::partition(uint32_t k, std::string* error) const {
+  if (k >= partitions_) return fail(error, "region " + path_ + " has no part " + std::to_string(k));
+  std::unique_ptr<Region> r(new Region());
+  r->mapping_ = mapping_;
+  r->path_ = path_;
+  r->size_ = size_ / partitions_;
+  r->base_ = base_ + r->size_ * k;
+  r->partitions_ = partitions_;
+  if (!r->check_header(r->size_, k, error)) return nullptr;
+  return r;
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "ordo/region.h"
 #include "ordo/sim.h"
 #include "ordo/worker.h"
+#include "supervisor.h"
 
 namespace {
 
@@ -34,16 +36,21 @@ void on_usr1(int) { g_dump.store(true); }
 
 void usage(FILE* f) {
   std::fprintf(f,
-               "usage: ordo-worker --region PATH [--size N] [--backend auto|sim|cuda|null] [--stats] [--trace FILE] [--no-doorbell]\n"
+               "usage: ordo-worker --region PATH [--size N] [--sessions N] [--backend auto|sim|cuda|null] [--stats]\n"
+               "                   [--trace FILE] [--no-doorbell]\n"
                "                   [--ivshmem-server SOCKET] [--max-sleep MS] [--guest-timeout MS] [--unordered]\n"
                "                   [--chaos SEED] [--sim-kernels SO] [--quiet]\n"
                "       ordo-worker --device-info [--backend B]\n"
                "  --region PATH   the shared region: a /dev/shm file (created, or reset, here)\n"
                "  --size N        region size, a power of two (default 64M; K/M/G suffixes)\n"
+               "  --sessions N    guest processes served at once, a power of two: the region is divided into N\n"
+               "                  equal parts, each served by a worker process of its own (default: one per\n"
+               "                  32 MiB, 1 to 16)\n"
                "  --backend B     auto (default: cuda if a CUDA device is present, else sim), sim (CPU simulator),\n"
                "                  cuda (the GPU) or null (runs nothing: transport cost)\n"
                "  --stats         print counters at exit (and on SIGUSR1) as a table and a JSON line\n"
-               "  --trace FILE    write a Chrome/Perfetto trace of every dispatch at exit (ui.perfetto.dev)\n"
+               "  --trace FILE    write a Chrome/Perfetto trace of every dispatch at exit (ui.perfetto.dev);\n"
+               "                  with several sessions, FILE.K for part K\n"
                "  --ready-file F  write F once the region is ready (for scripts)\n"
                "  --ivshmem-server SOCKET  join this ivshmem-server as a peer, so guests of ivshmem-doorbell VMs\n"
                "                  can wake the idle worker (the server's memory must be --region)\n"
@@ -83,6 +90,8 @@ int main(int argc, char** argv) {
   std::string region_path, backend_name = "auto", ready_file, trace_path;
   std::vector<std::string> plugins;
   uint64_t size = 64ull << 20;
+  uint32_t sessions = 0;  // 0: the default for the size
+  int partition = -1;     // >= 0: serve this part alone (a supervisor's child)
   std::string ivshmem_socket;
   bool stats = false, doorbell = true, max_sleep_set = false, device_info = false;
   ordo::WorkerOptions opt;
@@ -97,6 +106,8 @@ int main(int argc, char** argv) {
     };
     if (a == "--region") region_path = value();
     else if (a == "--size") size = ordo::parse_size(value());
+    else if (a == "--sessions") sessions = uint32_t(std::strtoul(value().c_str(), nullptr, 0));
+    else if (a == "--partition") partition = int(std::strtol(value().c_str(), nullptr, 0));
     else if (a == "--backend") backend_name = value();
     else if (a == "--stats") stats = true;
     else if (a == "--no-doorbell") doorbell = false;
@@ -125,12 +136,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   opt.trace = !trace_path.empty();
+  if (sessions == 0) sessions = uint32_t(std::clamp<uint64_t>(size / (32ull << 20), 1, 16));
+  if ((sessions & (sessions - 1)) != 0 || sessions > ordo::kMaxPartitions || size / sessions < (1ull << 20) ||
+      partition >= int(sessions)) {
+    std::fprintf(stderr, "ordo-worker: --sessions %u: a power of two up to %u, with at least 1 MiB of the region each\n",
+                 sessions, ordo::kMaxPartitions);
+    return 2;
+  }
   ordo::Layout layout;
-  if (!ordo::plan_default_layout(size, &layout)) {
+  if (!ordo::plan_default_layout(size / sessions, &layout)) {
     std::fprintf(stderr, "ordo-worker: --size %llu is not a power of two of at least 1 MiB (ivshmem needs a power of two)\n",
                  (unsigned long long)size);
     return 2;
   }
+  if (sessions > 1 && partition < 0 && !device_info)
+    return ordo::supervise(argv, {.region = region_path, .size = size, .sessions = sessions, .ready_file = ready_file});
+  const uint32_t part = partition < 0 ? 0 : uint32_t(partition);
   std::string err;
   for (const std::string& p : plugins) {
     if (!ordo::sim::load_kernel_plugin(p, &err)) {
@@ -144,14 +165,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (device_info) return print_device_info(*backend);
-  auto region = ordo::Region::create(region_path, layout, &err);
+  auto region = ordo::Region::create(region_path, layout, &err, part, sessions);
   if (!region) {
     std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
     return 1;
   }
   std::unique_ptr<ordo::DoorbellWaiter> bell;
   if (doorbell) {
-    bell = ordo::DoorbellWaiter::listen(ordo::doorbell_path(region_path), &err);
+    bell = ordo::DoorbellWaiter::listen(ordo::doorbell_path(region_path, part), &err);
     if (!bell) std::fprintf(stderr, "ordo-worker: %s; idle sleeps will poll instead\n", err.c_str());
   }
   std::unique_ptr<ordo::IvshmemPeer> peer;
@@ -200,8 +221,10 @@ int main(int argc, char** argv) {
   sa.sa_handler = on_usr1;
   sigaction(SIGUSR1, &sa, nullptr);
   if (!opt.quiet)
-    std::fprintf(stderr, "ordo-worker: serving %s (%llu MiB, %u rings x %u entries, backend %s%s%s%s)\n",
-                 region_path.c_str(), (unsigned long long)(size >> 20), layout.ring_count, layout.ring_capacity,
+    std::fprintf(stderr, "ordo-worker: serving %s%s (%llu MiB, %u rings x %u entries, backend %s%s%s%s)\n",
+                 region_path.c_str(),
+                 sessions > 1 ? (" session part " + std::to_string(part) + " of " + std::to_string(sessions)).c_str() : "",
+                 (unsigned long long)(layout.region_size >> 20), layout.ring_count, layout.ring_capacity,
                  std::string(backend->name()).c_str(), opt.ordered ? "" : ", UNORDERED", opt.chaos_seed ? ", chaos" : "",
                  peer ? (", ivshmem peer " + std::to_string(peer->id())).c_str() : "");
   if (!ready_file.empty()) {

@@ -840,6 +840,9 @@ void Worker::check_session(uint64_t now) {
                    attached_, (long long)opt_.guest_timeout.count());
     refused_ = attached_;
     counters_.sessions_lost.fetch_add(1, std::memory_order_relaxed);
+    // The part is free for the next guest process at once (unless one took it already).
+    uint64_t dead = attached_;
+    h->guest_session.compare_exchange_strong(dead, 0, std::memory_order_acq_rel);
     reset_session();
   }
 }
@@ -904,7 +907,8 @@ void Worker::run(DoorbellWaiter* doorbell) {
       continue;
     }
     if (idle_since == 0) idle_since = now;
-    const bool chaos_pending = opt_.chaos_seed != 0;
+    // Chaos keeps a serving worker awake (a held entry is work); with no guest it sleeps.
+    const bool chaos_pending = opt_.chaos_seed != 0 && attached_;
     if (now - idle_since < uint64_t(opt_.spin.count()) * 1000 || chaos_pending) {
       _mm_pause();
       continue;

@@ -8,11 +8,12 @@ libcuda=${ORDO_STACKED_LIBCUDA:?the directory of ordo libcuda.so.1}
 inner_pid= inner_region=
 
 # start_inner REGION [ORDO-WORKER ARGS...]: starts it and waits until it serves.
+# One session: its one guest process is the outer worker.
 # It dies with this script even if the script is killed outright.
 start_inner() {
   inner_region=$1
   shift
-  setpriv --pdeathsig KILL "$real" --region "$inner_region" --size 512M --backend sim \
+  setpriv --pdeathsig KILL "$real" --region "$inner_region" --size 512M --sessions 1 --backend sim \
     --ready-file "$inner_region.ready" --guest-timeout 1000 --quiet "$@" 2> >(sed 's/^/[inner] /' >&2) &
   inner_pid=$!
   for _ in $(seq 200); do

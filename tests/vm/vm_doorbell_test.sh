@@ -9,7 +9,8 @@
 # a missed ring would cost seconds per call and show no doorbell wake-ups).
 # Also prints each idle worker's CPU use. With the CUDA arguments, VM D then runs
 # unmodified programs built with plain nvcc (static cudart) through ordo's
-# libcuda.so.1 (worker D loads their kernel twins): a CUDA program in a real
+# libcuda.so.1 (worker D loads their kernel twins), all at once, each a session
+# of its own (worker D serves two): CUDA programs in a real
 # guest, with the guest set installed as the ordo-guest package installs it
 # (BUILD_DIR's meson install --tags guest, the ld.so.conf.d drop-in, ldconfig in
 # the guest) and no LD_LIBRARY_PATH. Exits 77 when QEMU etc. are missing.
@@ -43,15 +44,19 @@ if [ $# -ge 3 ]; then
     echo 'grep -q -- --cuda /proc/cmdline || exit 0'
     echo '/sbin/ldconfig'
     echo 'echo "ordo-vm: ldconfig: $(/sbin/ldconfig -p | grep "libcuda\.so\.1 ")"'
+    # All at once: each is a guest process, a session of its own on worker D.
     for prog in "$@"; do
       name=$(basename "$prog")
       stage_program "$prog" "/cuda/$name"
       arg=; [ "${name%_static}" = seed ] && arg=10
       echo "echo \"ordo-vm: cuda program $name\""
-      echo "ORDO_REGION=ivshmem /cuda/$name $arg > /out 2>&1; rc=\$?"
-      echo "sed 's/^/ordo-vm:   /' /out"
-      echo "echo \"ordo-vm: cuda $name exit \$rc\""
+      echo "(ORDO_REGION=ivshmem /cuda/$name $arg > /out.$name 2>&1; echo \$? > /rc.$name) &"
       cuda_progs+=("$name")
+    done
+    echo "wait"
+    for name in "${cuda_progs[@]}"; do
+      echo "sed 's/^/ordo-vm:   /' /out.$name"
+      echo "echo \"ordo-vm: cuda $name exit \$(cat /rc.$name)\""
     done
   } > "$tmp/root/extra.sh"
   chmod +x "$tmp/root/extra.sh"
@@ -65,11 +70,16 @@ pids+=($!)
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 [ -S "$sock" ] || { echo "FAIL: ordo-ivshmem-server did not start"; cat "$tmp/server.log"; exit 1; }
 
-start_worker d --ivshmem-server "$sock" --max-sleep 3000 "${cuda_worker_args[@]}"
+# Two sessions: the CUDA programs run in the guest at once, a worker process each.
+start_worker d --ivshmem-server "$sock" --max-sleep 3000 --sessions 2 "${cuda_worker_args[@]}"
 start_worker p
 grep -q 'ivshmem peer' "$tmp/d.worker.log" || { echo "FAIL: worker D did not join the server"; cat "$tmp/d.worker.log"; exit 1; }
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # user + system, in clock ticks
+cpu_ticks() {  # user + system of a worker and its session processes, in clock ticks
+  local p t=0
+  for p in "$1" $(pgrep -P "$1"); do t=$(( t + $(awk '{print $14 + $15}' "/proc/$p/stat") )); done
+  echo $t
+}
 hz=$(getconf CLK_TCK)
 d0=$(cpu_ticks "$worker_d") p0=$(cpu_ticks "$worker_p")
 sleep 5
@@ -99,7 +109,8 @@ for name in "${cuda_progs[@]}"; do
   grep -aq "ordo-vm: cuda $name exit 0" "$tmp/d.vm.log" ||
     { echo "FAIL: CUDA program $name did not pass in VM D"; fail=1; }
 done
-wakeups() { grep '^{' "$tmp/$1.worker.log" | tail -n 1 | sed -n 's/.*"doorbell_wakeups":\([0-9]*\).*/\1/p'; }
+# Summed over the worker's session processes (each prints its counters at exit).
+wakeups() { sed -n 's/^{.*"doorbell_wakeups":\([0-9]*\).*/\1/p' "$tmp/$1.worker.log" | awk '{s += $1} END {print s}'; }
 wd=$(wakeups d) wp=$(wakeups p)
 echo "== doorbell wake-ups: worker D ${wd:-?}, worker P ${wp:-?}"
 [ "${wd:-0}" -ge 20 ] || { echo "FAIL: worker D was woken by a doorbell ${wd:-0} times, expected >= 20 (one per idle call)"; fail=1; }
