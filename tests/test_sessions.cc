@@ -45,7 +45,9 @@ class Guest {
         _exit(kNoAttach);
       }
       ready_fd_ = ready[1];
-      _exit(body(*c));
+      const int rc = body(*c);
+      c.reset();  // detaches
+      _exit(rc);
     }
     close(go[0]);
     close(ready[1]);

@@ -289,9 +289,11 @@ std::unique_ptr<Client> Client::attach(const std::string& spec, std::string* err
       return nullptr;
     }
     usleep(300000);  // a live guest beats every 100 ms
+    // Freed meanwhile (by its process, or by its worker once the heartbeat
+    // timed out), or still held by a silent one.
     for (size_t k = 0; k < parts.size() && !region; ++k)
-      if (parts[k] && parts[k]->header()->guest_beat.load(std::memory_order_relaxed) == beat[k] &&
-          claim(*parts[k], owner[k]))
+      if (parts[k] && (claim(*parts[k], 0) || (parts[k]->header()->guest_beat.load(std::memory_order_relaxed) == beat[k] &&
+                                               claim(*parts[k], owner[k]))))
         region = std::move(parts[k]);
     if (!region) {
       if (error)

@@ -27,7 +27,7 @@ start_inner() {
 
 stop_inner() {
   [ -n "$inner_pid" ] && kill "$inner_pid" 2>/dev/null && wait "$inner_pid" 2>/dev/null
-  [ -n "$inner_region" ] && rm -f "$inner_region" "$inner_region.ready" "$inner_region.doorbell"
+  [ -n "$inner_region" ] && rm -f "$inner_region" "$inner_region.ready" "$inner_region".doorbell*
 }
 
 # Makes what this script runs next a guest of the inner worker, through ordo's

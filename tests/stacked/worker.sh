@@ -10,19 +10,21 @@
 #          goes here).
 #
 # --region, --size, --ready-file, --stats, --unordered and everything else go
-# to the outer worker, --backend becomes cuda; --chaos goes to both, so the
-# cuda backend's own stream and event use is shuffled too.
+# to the outer worker, --backend becomes cuda. --chaos goes to both, so the
+# cuda backend's own stream and event use is shuffled too, and so does
+# --sessions (one by default): each outer session is a guest process of the inner.
 #
 # Environment: ORDO_STACKED_WORKER (the real ordo-worker), ORDO_STACKED_LIBCUDA
 # (the directory of ordo's libcuda.so.1).
 set -uo pipefail
 source "$(dirname "$0")/inner.sh"
-outer=() inner=() region= args=("$@")
+# One session unless asked (each outer session is a guest process of the inner).
+outer=(--sessions 1) inner=() region= args=("$@")
 while [ $# -gt 0 ]; do
   case $1 in
     --backend) outer+=(--backend cuda); shift 2 ;;
     --sim-kernels) inner+=("$1" "$2"); shift 2 ;;
-    --chaos) outer+=("$1" "$2"); inner+=("$1" "$2"); shift 2 ;;
+    --chaos|--sessions) outer+=("$1" "$2"); inner+=("$1" "$2"); shift 2 ;;
     --region) region=$2; outer+=("$1" "$2"); shift 2 ;;
     *) outer+=("$1"); shift ;;
   esac
