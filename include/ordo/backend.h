@@ -188,5 +188,9 @@ class Backend {
 // "sim" (always available), "null", "cuda" (when built with CUDA and a device is
 // present) or "auto" (cuda when it is available, sim otherwise; says which on stderr).
 std::unique_ptr<Backend> make_backend(std::string_view name, std::string* error);
+// The backend `name` would make, without making it (no device context): "sim",
+// "null" or "cuda"; "" and *error when it cannot be made. Says on stderr what
+// "auto" picked.
+std::string resolve_backend(std::string_view name, std::string* error);
 
 }  // namespace ordo

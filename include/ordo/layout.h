@@ -193,7 +193,9 @@ inline void post_slot(RegionHeader* h, uint32_t s) {
 }
 inline constexpr uint64_t kHeaderSize = 4096;
 
-enum class WorkerState : uint32_t { kStarting = 0, kServing = 1, kStopped = 2 };
+// kIdle: a part of the region whose worker starts its backend when a guest
+// claims the part (ARCHITECTURE.md, "Sessions").
+enum class WorkerState : uint32_t { kStarting = 0, kServing = 1, kStopped = 2, kIdle = 3 };
 
 inline constexpr uint32_t kMaxPartitions = 64;
 

@@ -267,7 +267,8 @@ std::unique_ptr<Client> Client::attach(const std::string& spec, std::string* err
   std::random_device rd;
   const uint64_t session = (uint64_t{rd()} << 32 | rd()) | 1;
   auto serving = [](const Region& r) {
-    return r.header()->worker_state.load(std::memory_order_acquire) == uint32_t(WorkerState::kServing);
+    const uint32_t s = r.header()->worker_state.load(std::memory_order_acquire);
+    return s == uint32_t(WorkerState::kServing) || s == uint32_t(WorkerState::kIdle);
   };
   auto claim = [&](Region& r, uint64_t from) {
     return serving(r) && r.header()->guest_session.compare_exchange_strong(from, session, std::memory_order_acq_rel);

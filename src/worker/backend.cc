@@ -33,4 +33,24 @@ std::unique_ptr<Backend> make_backend(std::string_view name, std::string* error)
   return nullptr;
 }
 
+std::string resolve_backend(std::string_view name, std::string* error) {
+  if (name == "null" || name == "sim") return std::string(name);
+  const cuda::Probe p = cuda::probe();
+  if (name == "cuda") {
+    if (p.usable()) return "cuda";
+    if (error) *error = p.why_not() + "; use --backend sim";
+    return "";
+  }
+  if (name == "auto") {
+    if (p.usable()) {
+      std::fprintf(stderr, "ordo-worker: backend auto: %d CUDA device(s), using cuda\n", p.count);
+      return "cuda";
+    }
+    std::fprintf(stderr, "ordo-worker: backend auto: %s; using sim\n", p.why_not().c_str());
+    return "sim";
+  }
+  if (error) *error = "unknown backend '" + std::string(name) + "' (choose auto, sim, null or cuda)";
+  return "";
+}
+
 }  // namespace ordo

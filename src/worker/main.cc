@@ -28,8 +28,10 @@ namespace {
 std::atomic<ordo::Worker*> g_worker{nullptr};
 std::atomic<bool> g_dump{false};
 std::atomic<bool> g_stopping{false};
+std::atomic<bool> g_stop_requested{false};
 
 void on_stop(int) {
+  g_stop_requested.store(true);
   if (auto* w = g_worker.load()) w->stop();
 }
 void on_usr1(int) { g_dump.store(true); }
@@ -149,22 +151,37 @@ int main(int argc, char** argv) {
                  (unsigned long long)size);
     return 2;
   }
-  if (sessions > 1 && partition < 0 && !device_info)
-    return ordo::supervise(argv, {.region = region_path, .size = size, .sessions = sessions, .ready_file = ready_file});
-  const uint32_t part = partition < 0 ? 0 : uint32_t(partition);
   std::string err;
+  if (sessions > 1 && partition < 0 && !device_info) {
+    // Decided once, here, before the region exists: a backend that cannot start
+    // fails the worker now, not each part when its first guest comes.
+    const std::string backend = ordo::resolve_backend(backend_name, &err);
+    if (backend.empty()) {
+      std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
+      return 2;
+    }
+    return ordo::supervise(argv, {.region = region_path, .size = size, .sessions = sessions, .backend = backend,
+                                  .ready_file = ready_file});
+  }
+  const uint32_t part = partition < 0 ? 0 : uint32_t(partition);
   for (const std::string& p : plugins) {
     if (!ordo::sim::load_kernel_plugin(p, &err)) {
       std::fprintf(stderr, "ordo-worker: --sim-kernels %s: %s\n", p.c_str(), err.c_str());
       return 1;
     }
   }
-  auto backend = ordo::make_backend(backend_name, &err);
-  if (!backend) {
-    std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
-    return 2;
+  // A part's backend (on a GPU: a CUDA context, hundreds of MiB of device
+  // memory) starts with the part's first guest, so idle parts cost nothing.
+  const bool lazy = partition >= 0 && !device_info;
+  std::unique_ptr<ordo::Backend> backend;
+  if (!lazy) {
+    backend = ordo::make_backend(backend_name, &err);
+    if (!backend) {
+      std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
+      return 2;
+    }
+    if (device_info) return print_device_info(*backend);
   }
-  if (device_info) return print_device_info(*backend);
   auto region = ordo::Region::create(region_path, layout, &err, part, sessions);
   if (!region) {
     std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
@@ -212,23 +229,60 @@ int main(int argc, char** argv) {
                              "new ones cannot\n", ivshmem_socket.c_str());
     });
   }
-  ordo::Worker worker(*region, *backend, opt);
-  g_worker.store(&worker);
   struct sigaction sa{};
   sa.sa_handler = on_stop;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sa.sa_handler = on_usr1;
   sigaction(SIGUSR1, &sa, nullptr);
-  if (!opt.quiet)
+  {
+    sigset_t stops;  // blocked by the image that restarted into this one
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigprocmask(SIG_UNBLOCK, &stops, nullptr);
+  }
+  auto announce = [&] {
+    if (opt.quiet) return;
     std::fprintf(stderr, "ordo-worker: serving %s%s (%llu MiB, %u rings x %u entries, backend %s%s%s%s)\n",
                  region_path.c_str(),
                  sessions > 1 ? (" session part " + std::to_string(part) + " of " + std::to_string(sessions)).c_str() : "",
                  (unsigned long long)(layout.region_size >> 20), layout.ring_count, layout.ring_capacity,
-                 std::string(backend->name()).c_str(), opt.ordered ? "" : ", UNORDERED", opt.chaos_seed ? ", chaos" : "",
+                 backend ? std::string(backend->name()).c_str() : backend_name.c_str(),
+                 opt.ordered ? "" : ", UNORDERED", opt.chaos_seed ? ", chaos" : "",
                  peer ? (", ivshmem peer " + std::to_string(peer->id())).c_str() : "");
-  if (!ready_file.empty()) {
+  };
+  auto write_ready = [&] {
+    if (ready_file.empty()) return;
     if (FILE* f = std::fopen(ready_file.c_str(), "w")) std::fclose(f);
+  };
+  if (lazy) {
+    ordo::RegionHeader* h = region->header();
+    h->worker_state.store(uint32_t(ordo::WorkerState::kIdle), std::memory_order_release);
+    announce();
+    write_ready();
+    // A guest claiming the part rings while it waits to be attached.
+    while (!g_stop_requested.load() && h->guest_session.load(std::memory_order_acquire) == 0) {
+      if (bell) bell->wait(std::chrono::milliseconds(100));
+      else usleep(10000);
+    }
+    if (g_stop_requested.load()) {
+      h->worker_state.store(uint32_t(ordo::WorkerState::kStopped), std::memory_order_release);
+      return 0;
+    }
+    backend = ordo::make_backend(backend_name, &err);
+    if (!backend) {
+      std::fprintf(stderr, "ordo-worker: session part %u: %s\n", part, err.c_str());
+      h->worker_state.store(uint32_t(ordo::WorkerState::kStopped), std::memory_order_release);
+      return 2;
+    }
+  }
+  ordo::Worker worker(*region, *backend, opt);
+  g_worker.store(&worker);
+  if (g_stop_requested.load()) worker.stop();
+  if (!lazy) {
+    announce();
+    write_ready();
   }
   std::thread reporter;
   std::atomic<bool> done{false};
@@ -256,7 +310,14 @@ int main(int argc, char** argv) {
     auto s = worker.stats();
     std::fprintf(stderr, "%s%s\n", s.table().c_str(), s.json().c_str());
   }
-  if (worker.restart_requested()) {
+  // A stop that arrives from here on stays pending across the exec below,
+  // for the new image to take once its handlers are in place.
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGINT);
+  sigprocmask(SIG_BLOCK, &stops, nullptr);
+  if (worker.restart_requested() && !g_stop_requested.load()) {
     // CUDA ends a kernel fault's context only with the process. The region
     // stays as it is until the new process resets it, and a guest that asked
     // to attach meanwhile asks again (Client::attach).

@@ -34,7 +34,7 @@ pid_t spawn(char** argv, uint32_t k, const SupervisorOptions& o) {
   // Later options win: the part's own ready file, and its own trace file.
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--trace") args[i + 1] = part_file(args[i + 1], k);
-  args.insert(args.end(), {"--partition", std::to_string(k)});
+  args.insert(args.end(), {"--partition", std::to_string(k), "--backend", o.backend});
   if (!o.ready_file.empty()) args.insert(args.end(), {"--ready-file", part_file(o.ready_file, k)});
   const pid_t pid = fork();
   if (pid != 0) return pid;

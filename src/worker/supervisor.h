@@ -12,6 +12,7 @@ struct SupervisorOptions {
   std::string region;      // the region file, sized here before any part starts
   uint64_t size = 0;       // all parts together
   uint32_t sessions = 1;   // parts, one worker process each
+  std::string backend;     // resolved: sim, null or cuda (each part starts it with its first guest)
   std::string ready_file;  // written once every part is serving
 };
 
