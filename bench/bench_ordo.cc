@@ -603,8 +603,17 @@ void BM_Sessions(benchmark::State& state) {
   }
   const std::string region = "/dev/shm/ordo-bench-sessions-" + std::to_string(getpid());
   const std::string ready = region + ".ready";
+  unlink(ready.c_str());  // the previous argument's run left one
+  // The benchmark pins its own threads; these processes get every CPU, as in production.
+  auto unpin = [] {
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+    sched_setaffinity(0, sizeof all, &all);
+  };
   const pid_t worker = fork();
   if (worker == 0) {
+    unpin();
     execl(exe, exe, "--region", region.c_str(), "--size", "64M", "--sessions", "4", "--backend", "null",
           "--ready-file", ready.c_str(), "--quiet", static_cast<char*>(nullptr));
     _exit(127);
@@ -618,10 +627,16 @@ void BM_Sessions(benchmark::State& state) {
     for (int k = 0; k < n; ++k) {
       const pid_t pid = fork();
       if (pid == 0) {
+        unpin();
+        close(attached[0]);
+        close(go[1]);
         std::string err;
         auto c = ordo::Client::attach(region, &err);
         ordo::Stream s{};
-        if (!c || !ok(c->stream_create(&s))) _exit(2);
+        if (!c || !ok(c->stream_create(&s))) {
+          std::fprintf(stderr, "ordo/sessions: guest %d: %s\n", k, c ? "stream_create failed" : err.c_str());
+          _exit(2);
+        }
         char b = 1;
         if (write(attached[1], &b, 1) != 1 || read(go[0], &b, 1) != 1) _exit(3);
         const Args16 args{1, 2};
@@ -631,7 +646,9 @@ void BM_Sessions(benchmark::State& state) {
       }
       guests.push_back(pid);
     }
-    char b;
+    close(attached[1]);  // a guest that dies before attaching ends the read below
+    close(go[0]);
+    char b = 1;
     for (int k = 0; k < n; ++k)
       if (read(attached[0], &b, 1) != 1) die("a guest process did not attach");
     const auto t0 = std::chrono::steady_clock::now();
@@ -644,7 +661,8 @@ void BM_Sessions(benchmark::State& state) {
       failed |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
     }
     state.SetIterationTime(ns_since(t0) * 1e-9);
-    for (int fd : {go[0], go[1], attached[0], attached[1]}) close(fd);
+    close(go[1]);
+    close(attached[0]);
     if (failed) {
       state.SkipWithError("a guest process failed");
       break;
@@ -653,6 +671,7 @@ void BM_Sessions(benchmark::State& state) {
   kill(worker, SIGTERM);
   waitpid(worker, nullptr, 0);
   unlink(region.c_str());
+  unlink(ready.c_str());
   for (uint32_t k = 0; k < 4; ++k) unlink(ordo::doorbell_path(region, k).c_str());
   state.SetItemsProcessed(state.iterations() * n * kLaunches);
 }
