@@ -56,6 +56,8 @@ class Region {
  private:
   struct Mapping;
   Region() = default;
+  static std::unique_ptr<Region> map_range(const std::string& path, uint64_t offset, uint64_t size,
+                                           std::string* error);
   bool check_header(uint64_t part_size, uint32_t part, std::string* error);
   std::shared_ptr<Mapping> mapping_;
   char* base_ = nullptr;

@@ -47,16 +47,14 @@ uint64_t random_session() {
 
 }  // namespace
 
-std::unique_ptr<Region> Region::map(const std::string& path, std::string* error) {
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0)
-    return fail(error, "cannot open region " + path + ": " + std::strerror(errno) +
-                           " (start ordo-worker --region " + path + " first, or set ORDO_REGION)");
+// Bytes [offset, offset + size) of the file (size 0: to its end).
+std::unique_ptr<Region> Region::map_range(const std::string& path, uint64_t offset, uint64_t size,
+                                          std::string* error) {
   std::unique_ptr<Region> r(new Region());
   try {
     auto m = std::make_shared<Mapping>();
     m->file = bip::file_mapping(path.c_str(), bip::read_write);
-    m->region = bip::mapped_region(m->file, bip::read_write);
+    m->region = bip::mapped_region(m->file, bip::read_write, bip::offset_t(offset), size);
     r->base_ = static_cast<char*>(m->region.get_address());
     r->size_ = m->region.get_size();
     r->mapping_ = std::move(m);
@@ -65,6 +63,14 @@ std::unique_ptr<Region> Region::map(const std::string& path, std::string* error)
   }
   r->path_ = path;
   return r;
+}
+
+std::unique_ptr<Region> Region::map(const std::string& path, std::string* error) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    return fail(error, "cannot open region " + path + ": " + std::strerror(errno) +
+                           " (start ordo-worker --region " + path + " first, or set ORDO_REGION)");
+  return map_range(path, 0, 0, error);
 }
 
 bool Region::prepare_file(const std::string& path, uint64_t size, std::string* error) {
@@ -96,19 +102,8 @@ std::unique_ptr<Region> Region::create(const std::string& path, const Layout& la
   if (partitions == 0 || partitions > kMaxPartitions || partition >= partitions)
     return fail(error, "region " + path + ": part " + std::to_string(partition) + " of " + std::to_string(partitions));
   if (!prepare_file(path, layout.region_size * partitions, error)) return nullptr;
-  std::unique_ptr<Region> r(new Region());
-  try {
-    auto m = std::make_shared<Mapping>();
-    m->file = bip::file_mapping(path.c_str(), bip::read_write);
-    m->region = bip::mapped_region(m->file, bip::read_write, bip::offset_t(layout.region_size * partition),
-                                   layout.region_size);
-    r->base_ = static_cast<char*>(m->region.get_address());
-    r->size_ = m->region.get_size();
-    r->mapping_ = std::move(m);
-  } catch (const bip::interprocess_exception& e) {
-    return fail(error, "cannot map region " + path + ": " + e.what() + " (need read-write access)");
-  }
-  r->path_ = path;
+  auto r = map_range(path, layout.region_size * partition, layout.region_size, error);
+  if (!r) return nullptr;
   if (r->size_ != layout.region_size) return fail(error, "region " + path + " mapped with the wrong size");
   r->layout_ = layout;
   r->partitions_ = partitions;
