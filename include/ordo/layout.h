@@ -11,6 +11,8 @@
 //   heap_off       pinned heap (cudaMallocHost)         the rest, guest-managed
 #pragma once
 
+#include <immintrin.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -130,6 +132,9 @@ inline void write_request(ReplySlot& s, const Entry& e, uint64_t seq) {
   s.request.edge_count = e.edge_count;
   for (unsigned k = 0; k < e.edge_count && k < kMaxEdges; ++k) s.edges[k] = e.edges[k];
   for (unsigned k = 0; k < 6; ++k) s.request.arg[k] = e.arg[k];
+  // On a write-combined BAR mapping the release store alone does not order the
+  // request's stores (and the payload's before them) before seq: the sfence does.
+  _mm_sfence();
   s.request.seq.store(seq, std::memory_order_release);
 }
 

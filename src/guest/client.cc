@@ -1482,7 +1482,6 @@ Status Client::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payl
   // Only this thread (or the lease holder) writes request.seq: read it back.
   const uint64_t seq = (leased ? s.request.seq.load(std::memory_order_relaxed) : t.seq) + 1;
   if (!leased) t.seq = seq;
-  _mm_sfence();  // the payload and edges before the request line, on a write-combined mapping too
   write_request(s, e, seq);
   // A slot the worker watches needs no post: it reads request.seq itself, and
   // goes on reading it for a heartbeat after it says it stopped, so a stale

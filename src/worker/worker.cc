@@ -679,8 +679,11 @@ bool Worker::poll_slots() {
   bool progressed = false;
   RegionHeader* h = region_.header();
   // Watched slots: their guests post nothing, request.seq is the signal.
-  for (uint32_t s : watched_)
-    if (!slots_[s].staged) progressed |= try_slot(s), staged_slots_ += slots_[s].staged;
+  for (uint32_t s : watched_) {
+    if (slots_[s].staged) continue;
+    progressed |= try_slot(s);
+    staged_slots_ += slots_[s].staged;
+  }
   // Posted slots: one relaxed load per 64 slots when nothing is new.
   for (uint32_t w = 0; w * 64 < layout_.slot_count; ++w) {
     if (!h->slot_posted[w].load(std::memory_order_relaxed)) continue;
