@@ -13,7 +13,7 @@ out=$(mktemp -d)
 worker_pid=
 cleanup() {
   [ -n "$worker_pid" ] && kill "$worker_pid" 2>/dev/null && wait "$worker_pid" 2>/dev/null
-  rm -rf "$region" "$region.ready" "$region.doorbell" "$out"
+  rm -rf "$region" "$region.ready" "$region".doorbell* "$out"
 }
 trap cleanup EXIT
 "$worker" --region "$region" --size 64M --backend sim --sim-kernels "$twins" --ready-file "$region.ready" --quiet &

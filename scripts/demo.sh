@@ -21,7 +21,7 @@ cleanup() {
     kill -TERM "$WORKER_PID" 2>/dev/null || true
     wait "$WORKER_PID" 2>/dev/null || true
   fi
-  rm -f "$REGION" "$REGION.doorbell" "$READY"
+  rm -f "$REGION" "$REGION".doorbell* "$READY"
 }
 trap cleanup EXIT
 trap 'exit 130' INT

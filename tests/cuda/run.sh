@@ -32,7 +32,7 @@ worker_pid=
 log=$(mktemp)
 cleanup() {
   [ -n "$worker_pid" ] && kill "$worker_pid" 2>/dev/null && wait "$worker_pid" 2>/dev/null
-  rm -f "$region" "$region.doorbell" "$region.ready" "$log"
+  rm -f "$region" "$region".doorbell* "$region.ready" "$log"
 }
 trap cleanup EXIT
 

@@ -29,7 +29,7 @@ tmp=$(mktemp -d /tmp/ordo-packages.XXXXXX)
 worker_pid=
 cleanup() {
   [ -n "$worker_pid" ] && kill "$worker_pid" 2>/dev/null && wait "$worker_pid" 2>/dev/null
-  rm -rf "$tmp" "/dev/shm/ordo-packages-$$" "/dev/shm/ordo-packages-$$.doorbell"
+  rm -rf "$tmp" "/dev/shm/ordo-packages-$$" /dev/shm/ordo-packages-$$.doorbell*
 }
 trap cleanup EXIT
 fail=0
