@@ -117,6 +117,9 @@ int supervise(char** argv, const SupervisorOptions& o) {
       break;
     }
   }
+  // Parts that never all became ready (a failed start) leave theirs.
+  if (!o.ready_file.empty())
+    for (uint32_t k = 0; k < o.sessions; ++k) unlink(part_file(o.ready_file, k).c_str());
   return status;
 }
 
