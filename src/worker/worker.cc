@@ -827,7 +827,10 @@ void Worker::check_session(uint64_t now) {
         std::fprintf(stderr, "ordo-worker: guest session %016" PRIx64 " detached; its resources are freed\n", attached_);
       reset_session();
     }
-    if (want != 0 && want != refused_) attach_session(want);
+    // Not when stopping (a faulted context restarts the worker): the next
+    // image serves the waiting guest, which would otherwise be attached here
+    // and then find its worker gone.
+    if (want != 0 && want != refused_ && !stop_.load(std::memory_order_relaxed)) attach_session(want);
     return;
   }
   if (!attached_) return;
