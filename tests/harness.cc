@@ -66,10 +66,7 @@ std::string WorkerProcess::stop() {
     waitpid(pid_, &st, 0);
     pid_ = -1;
   }
-  std::ifstream f(log_);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return log();
 }
 
 std::string WorkerProcess::log() const {
@@ -80,25 +77,19 @@ std::string WorkerProcess::log() const {
 }
 
 std::string WorkerProcess::stats_now() {
-  auto read_log = [&] {
-    std::ifstream f(log_);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  };
   auto count = [](const std::string& s) {
     size_t n = 0;
     for (size_t p = s.find("{\"entries\""); p != std::string::npos; p = s.find("{\"entries\"", p + 1)) ++n;
     return n;
   };
-  const size_t before = count(read_log());
+  const size_t before = count(log());
   kill(pid_, SIGUSR1);
   for (int i = 0; i < 400; ++i) {
     usleep(5000);
-    const std::string log = read_log();
-    if (count(log) > before) {
-      const size_t p = log.rfind("{\"entries\"");
-      return log.substr(p, log.find('\n', p) - p);
+    const std::string text = log();
+    if (count(text) > before) {
+      const size_t p = text.rfind("{\"entries\"");
+      return text.substr(p, text.find('\n', p) - p);
     }
   }
   return "";

@@ -36,6 +36,17 @@ void on_stop(int) {
 }
 void on_usr1(int) { g_dump.store(true); }
 
+const sigset_t& stop_signals() {
+  static const sigset_t set = [] {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGTERM);
+    sigaddset(&s, SIGINT);
+    return s;
+  }();
+  return set;
+}
+
 void usage(FILE* f) {
   std::fprintf(f,
                "usage: ordo-worker --region PATH [--size N] [--sessions N] [--backend auto|sim|cuda|null] [--stats]\n"
@@ -235,13 +246,8 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sa.sa_handler = on_usr1;
   sigaction(SIGUSR1, &sa, nullptr);
-  {
-    sigset_t stops;  // blocked by the image that restarted into this one
-    sigemptyset(&stops);
-    sigaddset(&stops, SIGTERM);
-    sigaddset(&stops, SIGINT);
-    sigprocmask(SIG_UNBLOCK, &stops, nullptr);
-  }
+  // Blocked by the image that restarted into this one (see below).
+  sigprocmask(SIG_UNBLOCK, &stop_signals(), nullptr);
   auto announce = [&] {
     if (opt.quiet) return;
     std::fprintf(stderr, "ordo-worker: serving %s%s (%llu MiB, %u rings x %u entries, backend %s%s%s%s)\n",
@@ -312,11 +318,7 @@ int main(int argc, char** argv) {
   }
   // A stop that arrives from here on stays pending across the exec below,
   // for the new image to take once its handlers are in place.
-  sigset_t stops;
-  sigemptyset(&stops);
-  sigaddset(&stops, SIGTERM);
-  sigaddset(&stops, SIGINT);
-  sigprocmask(SIG_BLOCK, &stops, nullptr);
+  sigprocmask(SIG_BLOCK, &stop_signals(), nullptr);
   if (worker.restart_requested() && !g_stop_requested.load()) {
     // CUDA ends a kernel fault's context only with the process. The region
     // stays as it is until the new process resets it, and a guest that asked
