@@ -1,9 +1,14 @@
-// What the worker drives: a CUDA-like device with streams, events and memory.
+// What the worker drives: CUDA-like devices with streams, events and memory.
 // The worker calls a backend from its one dispatch thread, in an order that
 // already respects the guest's ordering (edges). A backend only has to keep CUDA's
-// own semantics for the calls it is given: stream FIFO, events, the legacy default
-// stream (id 0) synchronizing with blocking streams, and never block the caller
-// on device work.
+// own semantics for the calls it is given: stream FIFO, events (waited on by
+// streams of any device), each device's legacy default stream (stream id ==
+// device) synchronizing with that device's blocking streams, and never block
+// the caller on device work.
+//
+// Devices are numbered 0..device_count()-1. Streams, events and allocations
+// belong to the device they were created on; a stream's work runs on its
+// device; modules and kernel ids serve every device.
 #pragma once
 
 #include <atomic>
@@ -14,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "ordo/layout.h"
 #include "ordo/status.h"
@@ -113,19 +119,23 @@ class Backend {
   virtual std::string_view name() const = 0;
   void set_error_sink(ErrorSink sink) { error_sink_ = std::move(sink); }
 
-  // Stream 0, the legacy default stream, exists from construction.
-  virtual Status stream_create(uint32_t stream, bool blocking, int priority) = 0;
+  virtual uint32_t device_count() const { return 1; }
+
+  // Streams 0..device_count()-1, the devices' legacy default streams, exist
+  // from construction; stream ids the worker creates are >= kMaxDevices.
+  virtual Status stream_create(uint32_t stream, uint32_t device, bool blocking, int priority) = 0;
   virtual Status stream_destroy(uint32_t stream) = 0;  // pending work still runs
 
   virtual Status launch(uint32_t stream, const LaunchParams& p, const OpTag& tag) = 0;
+  // Device operands may belong to any device (a peer copy).
   virtual Status memcpy(uint32_t stream, MemOperand dst, MemOperand src, uint64_t size,
                         const OpTag& tag) = 0;
   virtual Status memset(uint32_t stream, uint64_t dst, uint8_t value, uint64_t size,
                         const OpTag& tag) = 0;
 
-  virtual Status event_create(uint32_t event, uint32_t flags) = 0;
+  virtual Status event_create(uint32_t event, uint32_t device, uint32_t flags) = 0;
   virtual Status event_destroy(uint32_t event) = 0;
-  virtual Status event_record(uint32_t stream, uint32_t event) = 0;
+  virtual Status event_record(uint32_t stream, uint32_t event) = 0;  // the worker checked both are one device's
   virtual Status stream_wait_event(uint32_t stream, uint32_t event) = 0;
   virtual Status event_query(uint32_t event) = 0;  // kSuccess or kNotReady
   virtual Status event_elapsed(uint32_t start, uint32_t end, float* ms) = 0;
@@ -147,7 +157,7 @@ class Backend {
   // fault to its session.
   virtual bool context_lost() const { return false; }
 
-  virtual Status malloc(uint64_t size, uint64_t* device_addr) = 0;
+  virtual Status malloc(uint32_t device, uint64_t size, uint64_t* device_addr) = 0;
   virtual Status free(uint64_t device_addr) = 0;  // caller made sure no work uses it
   // A module image (fatbin or cubin) registered by the guest, copied out of the region.
   virtual Status module_load(uint32_t module, std::span<const std::byte> image) = 0;
@@ -159,17 +169,27 @@ class Backend {
   // false: the kernel exists in its module but this backend cannot run it (the
   // sim without a host twin); its launches fail with kNoKernelImage in stream order.
   virtual bool kernel_runnable(uint32_t /*kernel*/) { return true; }
-  // Device variable `name` (__device__/__constant__) of a loaded module: its
-  // address and size. `size_hint` is its size in the module's symbol table
-  // (the guest read it), for backends that cannot read the module themselves.
-  virtual Status module_global(uint32_t /*module*/, std::string_view /*name*/, uint64_t /*size_hint*/,
-                               uint64_t* /*addr*/, uint64_t* /*size*/) {
+  // Device variable `name` (__device__/__constant__) of a loaded module on
+  // `device`: its address and size there (each device has its own copy).
+  // `size_hint` is its size in the module's symbol table (the guest read it),
+  // for backends that cannot read the module themselves.
+  virtual Status module_global(uint32_t /*module*/, uint32_t /*device*/, std::string_view /*name*/,
+                               uint64_t /*size_hint*/, uint64_t* /*addr*/, uint64_t* /*size*/) {
     return Status::kNotSupported;
   }
-  // The device the backend drives, for cudaGetDeviceProperties and friends.
-  virtual Status device_info(DeviceInfo* out) = 0;
+  // A device, for cudaGetDeviceProperties and friends.
+  virtual Status device_info(uint32_t device, DeviceInfo* out) = 0;
   // Attributes [first, first + kDeviceAttributesPerCall); 0 for numbers the device does not know.
-  virtual Status device_attributes(uint32_t first, int32_t* out);
+  virtual Status device_attributes(uint32_t device, uint32_t first, int32_t* out);
+
+  // Whether `device`'s kernels could reach `peer`'s memory once enabled
+  // (cudaDeviceCanAccessPeer); device != peer, both valid.
+  virtual bool can_access_peer(uint32_t /*device*/, uint32_t /*peer*/) { return false; }
+  // cudaDeviceEnablePeerAccess / cudaDeviceDisablePeerAccess. The worker keeps
+  // the enabled pairs (and their error codes) and calls this only to change one.
+  virtual Status set_peer_access(uint32_t /*device*/, uint32_t /*peer*/, bool /*enable*/) {
+    return Status::kPeerAccessUnsupported;
+  }
 
   // Host memory the worker will pass as MemOperand host pointers (the shared
   // region), told once before any copy. The cuda backend pins it so copies DMA
@@ -185,9 +205,17 @@ class Backend {
   ErrorSink error_sink_;
 };
 
+struct BackendOptions {
+  std::vector<int> cuda_devices;  // host device ordinals the session sees, in order; empty: all
+  uint32_t sim_devices = 1;       // devices the sim (and null) backend simulate, 1..kMaxDevices
+};
+
 // "sim" (always available), "null", "cuda" (when built with CUDA and a device is
 // present) or "auto" (cuda when it is available, sim otherwise; says which on stderr).
-std::unique_ptr<Backend> make_backend(std::string_view name, std::string* error);
+std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& options, std::string* error);
+inline std::unique_ptr<Backend> make_backend(std::string_view name, std::string* error) {
+  return make_backend(name, BackendOptions{}, error);
+}
 // The backend `name` would make, without making it (no device context): "sim",
 // "null" or "cuda"; "" and *error when it cannot be made. Says on stderr what
 // "auto" picked.

@@ -28,6 +28,8 @@ namespace ordo {
 
 // A stream id (< kMaxStreams) with the generation that catches use after destroy.
 // Streams share rings when they outnumber them (ARCHITECTURE.md, "Streams and rings").
+// kLegacyStream, as stream 0 in CUDA, names the legacy default stream of the
+// calling thread's current device.
 struct Stream {
   uint32_t id = kLegacyStreamId;
   uint32_t generation = 0;
@@ -68,10 +70,24 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
+  // Devices, as the CUDA runtime has them: each thread has a current device
+  // (0 until it sets one), and streams, events and allocations are created on
+  // it. A stream's work runs on the stream's device.
+  uint32_t device_count() const { return device_count_; }
+  Status set_device(uint32_t device);  // kInvalidDevice past device_count()
+  uint32_t current_device();
+  // The device `s` belongs to; false if `s` is not a live stream.
+  bool device_of(Stream s, uint32_t* device);
+  // cudaDeviceCanAccessPeer, cudaDeviceEnablePeerAccess and
+  // cudaDeviceDisablePeerAccess (from the current device to `peer`).
+  Status can_access_peer(int* can, uint32_t device, uint32_t peer);
+  Status enable_peer_access(uint32_t peer);
+  Status disable_peer_access(uint32_t peer);
+
   // Streams.
   Status stream_create(Stream* out, uint64_t flags = 0, int priority = 0);
   Status stream_destroy(Stream s);
-  Stream per_thread_stream();  // this thread's default stream (cudaStreamPerThread)
+  Stream per_thread_stream();  // this thread's default stream on its current device (cudaStreamPerThread)
   Status stream_synchronize(Stream s);
   Status stream_query(Stream s);
   Status stream_wait_event(Stream s, Event e);
@@ -95,6 +111,9 @@ class Client {
   Status memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s);  // pageable dst: returns when done
   Status memcpy_d2d_async(uint64_t dst, uint64_t src, uint64_t size, Stream s);
   Status memset_async(uint64_t dst, uint8_t value, uint64_t size, Stream s);
+  // cudaMemcpyPeerAsync: device memory of one device to another's, as stream work on `s`.
+  Status memcpy_peer_async(uint64_t dst, uint32_t dst_device, uint64_t src, uint32_t src_device, uint64_t size,
+                           Stream s);
   // Synchronous copies: legacy-stream work (after earlier legacy and blocking-stream
   // work, as cudaMemcpy), and the call returns when the copy is done.
   Status memcpy_h2d(uint64_t dst, const void* src, uint64_t size);
@@ -107,11 +126,13 @@ class Client {
   // Ships a module image (fatbin or cubin) to the worker through the pinned heap.
   Status module_load(const void* image, uint64_t size, uint32_t* module);
   Status module_unload(uint32_t module);  // waits for all work first
-  // A device variable of a loaded module; `size_hint` is its size in the module's symbol table.
+  // A device variable of a loaded module, on the current device; `size_hint`
+  // is its size in the module's symbol table.
   Status module_global(uint32_t module, const std::string& name, uint64_t size_hint, uint64_t* addr, uint64_t* size);
-  Status device_info(DeviceInfo* out);
+  Status device_info(DeviceInfo* out) { return device_info(current_device(), out); }
+  Status device_info(uint32_t device, DeviceInfo* out);
   // Device attributes first.. (kDeviceAttributesPerCall of them, by CUdevice_attribute number).
-  Status device_attributes(uint32_t first, int32_t* out);
+  Status device_attributes(uint32_t device, uint32_t first, int32_t* out);
   Status launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
                 uint32_t shared_mem = 0);
 
@@ -120,7 +141,7 @@ class Client {
   // and the stream's later work waits until it returned.
   Status host_func(Stream s, std::function<void()> fn);
 
-  // Device-wide.
+  // Device-wide: the current device's work.
   Status device_synchronize();
   // Waits for everything that stream work issued now on `s` would follow: the
   // stream, and the legacy stream's implicit synchronization (all blocking
@@ -188,6 +209,7 @@ class Client {
   const ClientOptions opt_;
   WorkerBell bell_;
   uint64_t session_;
+  uint32_t device_count_ = 1;  // the worker's word, checked at attach
   std::vector<std::unique_ptr<Ring>> rings_;
   std::unique_ptr<StreamState[]> streams_;  // kMaxStreams, by stream id
   std::mutex rings_mu_;                     // stream creation and destruction

@@ -28,8 +28,10 @@ struct Probe {
 };
 Probe probe();
 
-// The backend on device 0, or nullptr and *error saying why and what to do.
-std::unique_ptr<Backend> make_cuda_backend(std::string* error);
+// The backend on host devices `devices` (ordinals, in the order the guest
+// numbers them; empty: every visible device), or nullptr and *error saying why
+// and what to do.
+std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>& devices, std::string* error);
 
 // Whether `image` may go to cuModuleLoadData: a fatbin or 64-bit ELF cubin
 // whose own size fields (fatbin header and entries, ELF program and section

@@ -21,7 +21,7 @@ namespace ordo {
 
 inline constexpr size_t kCacheLine = 64;
 inline constexpr uint64_t kMagic = 0x314745524f44524fULL;  // "ORDOREG1"
-inline constexpr uint32_t kLayoutVersion = 5;
+inline constexpr uint32_t kLayoutVersion = 6;
 inline constexpr uint32_t kMaxRings = 256;
 inline constexpr uint32_t kMaxSlots = 256;
 inline constexpr uint32_t kMaxEdges = 4;
@@ -31,6 +31,11 @@ inline constexpr uint32_t kLegacyRing = 0;  // the legacy default stream, open f
 // and rings"). Stream 0 is the legacy default stream, always on ring 0.
 inline constexpr uint32_t kMaxStreams = 65536;
 inline constexpr uint32_t kLegacyStreamId = 0;
+// A session sees up to kMaxDevices devices (RegionHeader::device_count). Stream
+// ids below kMaxDevices are the devices' legacy default streams: device d's is
+// stream d. Device 0's is open from the start on ring 0; the guest opens
+// another device's (StreamCreate with kStreamLegacy) when a thread first uses it.
+inline constexpr uint32_t kMaxDevices = 32;
 inline constexpr uint32_t kNoSlot = 0xffffffffu;
 
 // The largest module image (ModuleLoad) the worker copies out, and how many
@@ -40,6 +45,10 @@ inline constexpr uint32_t kMaxModules = 4096;
 
 // Stream flags (StreamCreate arg0).
 inline constexpr uint64_t kStreamNonBlocking = 1;
+inline constexpr uint64_t kStreamLegacy = 2;  // the device's legacy default stream: its id is the device
+
+// PeerAccess arg2.
+enum class PeerCmd : uint8_t { kQuery = 0, kEnable = 1, kDisable = 2 };
 
 // Where a memory operand lives. Kept in Entry::flags: dst in bits 0-1, src in bits 2-3.
 enum class MemKind : uint8_t {
@@ -182,6 +191,7 @@ struct RegionHeader {
   std::atomic<uint64_t> attached_session;                  // the guest session being served; 0: none
   std::atomic<uint32_t> ivshmem_peer;                      // ivshmem-server peer id + 1 to ring in a VM; 0: none
   std::atomic<int32_t> sticky_error;                       // a kernel fault ended the session's context (Status)
+  std::atomic<uint32_t> device_count;                      // devices the session sees (<= kMaxDevices); set before attaching
   // Guest-written.
   alignas(kCacheLine) std::atomic<uint64_t> slot_posted[kMaxSlots / 64];  // bit s: slot s has a new request
   std::atomic<uint64_t> guest_session;                      // the attached guest's random id; 0 on detach

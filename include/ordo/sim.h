@@ -77,7 +77,10 @@ using Kernel = void (*)(KernelContext&);
 // re-registering a name replaces it.
 void register_kernel(std::string_view name, Kernel fn);
 
-std::unique_ptr<Backend> make_sim_backend();
+// `devices` simulated devices (1..kMaxDevices), each with its own address
+// range: a kernel given another device's pointer faults unless peer access
+// from its device to that one is enabled.
+std::unique_ptr<Backend> make_sim_backend(uint32_t devices = 1);
 
 // Loads a kernel plugin: a shared object exporting
 //   extern "C" void ordo_sim_register(void (*reg)(const char* name, ordo::sim::Kernel fn));

@@ -17,6 +17,7 @@ enum class Status : int32_t {
   kInitializationError = 3,        // cudaErrorInitializationError
   kInvalidDevice = 101,            // cudaErrorInvalidDevice
   kInvalidKernelImage = 200,       // cudaErrorInvalidKernelImage
+  kPeerAccessUnsupported = 217,    // cudaErrorPeerAccessUnsupported
   kNoKernelImage = 209,            // cudaErrorNoKernelImageForDevice: nothing can run this kernel here
   kDevicesUnavailable = 46,        // cudaErrorDevicesUnavailable
   kInvalidDeviceFunction = 98,     // cudaErrorInvalidDeviceFunction
@@ -26,6 +27,8 @@ enum class Status : int32_t {
   kIllegalAddress = 700,           // cudaErrorIllegalAddress
   kLaunchOutOfResources = 701,     // cudaErrorLaunchOutOfResources
   kLaunchTimeout = 702,            // cudaErrorLaunchTimeout
+  kPeerAccessAlreadyEnabled = 704, // cudaErrorPeerAccessAlreadyEnabled
+  kPeerAccessNotEnabled = 705,     // cudaErrorPeerAccessNotEnabled
   kAssert = 710,                   // cudaErrorAssert: a device-side assert
   kHardwareStackError = 714,       // cudaErrorHardwareStackError
   kIllegalInstruction = 715,       // cudaErrorIllegalInstruction
