@@ -223,7 +223,11 @@ class CudaBackend final : public Backend {
       bind(d);
       cudaDeviceSynchronize();
     }
-    for (Device& d : devices_) d.completions.reset();  // answers what it still watches, then stops
+    for (uint32_t d = 0; d < device_count(); ++d) {
+      if (!devices_[d].completions) continue;
+      bind(d);  // it destroys its device's events here
+      devices_[d].completions.reset();  // answers what it still watches, then stops
+    }
     std::lock_guard lk(mu_);
     for (uint32_t i = kMaxDevices; i < kMaxStreams; ++i) {
       if (!streams_[i].handle) continue;
