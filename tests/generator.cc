@@ -19,8 +19,13 @@
 //   C6 host function  the thread's earlier work the stream follows -> the function -> the stream's later work
 //                     (checked through pinned copies on both sides of it); a host-to-host copy (the
 //                     caller's stream_order_wait) likewise follows that earlier work
+//   C8 peer copy      a copy to another device's memory, on a stream that follows the thread's last
+//                     stamp (C1, C3, or a wait on an event recorded after it), carries that stamp's
+//                     final value
 // Happens-before across threads comes from barriers between phases and from
-// joining child threads.
+// joining child threads. With several devices every stream, event and buffer
+// belongs to one; the legacy-stream rules (C3) and device-wide waits (C4) are
+// per device, and event waits and copies cross devices.
 #include "generator.h"
 
 #include <algorithm>
@@ -50,6 +55,7 @@ struct Logged {
   int thread = 0, phase = 0, seq = 0;
   uint64_t sid = 0;  // the generator's stream identity (rings are reused)
   bool legacy = false, blocking = false;
+  uint32_t device = 0;
   uint64_t pos = 0;  // ring position of the call
   int stamp = -1;
   uint64_t rec_sid = 0, rec_end = 0;  // Wait: the record it refers to (ring position + 1)
@@ -59,13 +65,24 @@ struct GenStream {
   Stream s;
   uint64_t sid = 0;
   bool blocking = true, legacy = false;
+  uint32_t device = 0;
 };
 
 struct GenEvent {
   Event e;
+  uint32_t device = 0;
   bool recorded = false;
   uint64_t rec_sid = 0, rec_end = 0;
 };
+
+// Work issued now on stream `g` follows stamp `last` by stream order or the
+// legacy stream's implicit synchronization (C1, C3).
+bool follows_stamp(const Logged& last, const GenStream& g) {
+  if (last.stamp < 0) return false;
+  if (last.sid == g.sid) return true;
+  if (last.device != g.device) return false;
+  return (g.legacy && !last.legacy && last.blocking) || (!g.legacy && g.blocking && last.legacy);
+}
 
 constexpr int kShared = 4;
 constexpr uint64_t kScratch = 4096;
@@ -76,22 +93,51 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
   Client* c = &cl;
   uint32_t stamp_k = 0;
   GEN_OK(c->kernel_lookup("ordo_stamp", &stamp_k));
+  if (uint32_t(std::max(prog.devices, 1)) > c->device_count())
+    p.add("the program wants " + std::to_string(prog.devices) + " devices, the worker has " +
+          std::to_string(c->device_count()));
+  const uint32_t ndev = std::min(uint32_t(std::max(prog.devices, 1)), c->device_count());
+  // Devices are current per thread (Client::set_device); the main thread ends on device 0.
+  auto use = [&](uint32_t& cur, uint32_t d) {
+    if (cur != d) GEN_OK(c->set_device(d));
+    cur = d;
+  };
+  uint32_t main_dev = 0;
   std::atomic<uint64_t> next_sid{1};
-  std::vector<GenStream> shared{{kLegacyStream, 0, true, true}};
+  std::vector<GenStream> shared;
+  for (uint32_t d = 0; d < ndev; ++d) shared.push_back({kLegacyStream, next_sid++, true, true, d});
   for (int i = 0; i < kShared; ++i) {
     GenStream g;
     g.blocking = i % 2 == 0;
+    g.device = uint32_t(i) % ndev;
+    use(main_dev, g.device);
     GEN_OK(c->stream_create(&g.s, g.blocking ? 0 : kStreamNonBlocking));
     g.sid = next_sid++;
     shared.push_back(g);
   }
   // Upper bound on stamps: every op a stamp, plus child bursts of up to 3.
+  // Each device's kernels stamp into that device's memory (a kernel may not
+  // touch another device's without peer access); stamp k lives at index k
+  // in its device's buffer. Peer snapshots of stamps go to psnap.
   const int max_stamps = prog.threads * prog.phases * prog.ops_per_phase * 3;
-  uint64_t dstamps = 0, scratch = 0;
-  GEN_OK(c->malloc(&dstamps, max_stamps * sizeof(sim::Stamp)));
-  GEN_OK(c->malloc(&scratch, kScratch * 2 * prog.threads));
-  GEN_OK(c->memset_async(dstamps, 0, max_stamps * sizeof(sim::Stamp), kLegacyStream));
-  GEN_OK(c->device_synchronize());
+  const int max_pc = prog.threads * prog.phases * prog.ops_per_phase;
+  std::vector<uint64_t> dstamps(ndev), scratch(ndev), psnap(ndev);
+  for (uint32_t d = 0; d < ndev; ++d) {
+    use(main_dev, d);
+    GEN_OK(c->malloc(&dstamps[d], max_stamps * sizeof(sim::Stamp)));
+    GEN_OK(c->malloc(&scratch[d], kScratch * 2 * prog.threads));
+    GEN_OK(c->malloc(&psnap[d], max_pc * sizeof(sim::Stamp)));
+    GEN_OK(c->memset_async(dstamps[d], 0, max_stamps * sizeof(sim::Stamp), kLegacyStream));
+    GEN_OK(c->memset_async(psnap[d], 0, max_pc * sizeof(sim::Stamp), kLegacyStream));
+    GEN_OK(c->device_synchronize());
+  }
+  use(main_dev, 0);
+  struct PeerSnap {
+    int stamp;
+    uint32_t device;
+  };
+  std::vector<PeerSnap> pcs(size_t(std::max(max_pc, 1)), PeerSnap{-1, 0});  // -1: index drawn, nothing copied
+  std::atomic<int> next_pc{0};
 
   // Host functions: a snapshot of the stamp the function must follow, copied
   // just before it, and the flag it sets, copied to the device just after it.
@@ -115,47 +161,75 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
   auto body = [&](int th) {
     std::mt19937_64 rng(seed * 1000003 + uint64_t(th));
     int seq = 0;
+    uint32_t cur = 0;  // this thread's current device
     auto make_private = [&](GenStream* g) {
       g->blocking = rng() % 2;
+      g->device = uint32_t(rng() % ndev);
+      use(cur, g->device);
       GEN_OK(c->stream_create(&g->s, g->blocking ? 0 : kStreamNonBlocking));
       g->sid = next_sid++;
+    };
+    auto make_event = [&](GenEvent* e) {
+      *e = GenEvent{};
+      e->device = uint32_t(rng() % ndev);
+      use(cur, e->device);
+      GEN_OK(c->event_create(&e->e));
     };
     const int npriv = std::max(prog.private_streams, 0);
     std::vector<GenStream> priv(static_cast<size_t>(npriv));
     for (int i = 0; i < npriv; ++i) make_private(&priv[i]);
     GenStream per_thread = shared[0];
-    if (prog.per_thread) per_thread = {c->per_thread_stream(), next_sid++, true, false};
+    if (prog.per_thread) {
+      const uint32_t d = uint32_t(rng() % ndev);
+      use(cur, d);
+      per_thread = {c->per_thread_stream(), next_sid++, true, false, d};
+    }
     GenEvent evs[2];
-    for (auto& e : evs) GEN_OK(c->event_create(&e.e));
+    for (auto& e : evs) make_event(&e);
+    // Any stream; the thread makes its device current first, as a program
+    // does before using a stream (and as stream 0 needs: it names the current
+    // device's legacy stream).
     auto pick = [&]() -> const GenStream& {
       const unsigned r = unsigned(rng() % (shared.size() + unsigned(npriv) + 1));
-      if (r < shared.size()) return shared[r];
-      if (r < shared.size() + unsigned(npriv)) return priv[r - shared.size()];
-      return per_thread;
+      const GenStream& g = r < shared.size() ? shared[r] : r < shared.size() + unsigned(npriv) ? priv[r - shared.size()] : per_thread;
+      use(cur, g.device);
+      return g;
+    };
+    // A stream of device d (its legacy stream at least).
+    auto pick_on = [&](uint32_t d) -> const GenStream& {
+      std::vector<const GenStream*> on;
+      for (const auto& g : shared)
+        if (g.device == d) on.push_back(&g);
+      for (const auto& g : priv)
+        if (g.device == d) on.push_back(&g);
+      if (per_thread.device == d) on.push_back(&per_thread);
+      const GenStream& g = *on[rng() % on.size()];
+      use(cur, d);
+      return g;
     };
     auto add = [&](Logged l) {
       std::lock_guard lock(log_mu);
       log.push_back(l);
     };
     Logged last{Kind::Stamp};  // this thread's latest stamp (stamp -1: none yet)
+    uint64_t covered_sid = 0;  // a stream that waited on an event recorded after `last`
     auto stamp_on = [&](const GenStream& g, int phase) {
-      Logged l{Kind::Stamp, th, phase, seq++, g.sid, g.legacy, g.blocking};
+      Logged l{Kind::Stamp, th, phase, seq++, g.sid, g.legacy, g.blocking, g.device};
       l.stamp = next_stamp++;
-      sim::StampArgs a{dstamps, uint32_t(l.stamp), uint32_t(rng() % 200)};
+      sim::StampArgs a{dstamps[g.device], uint32_t(l.stamp), uint32_t(rng() % 200)};
       GEN_OK(c->launch(stamp_k, {1}, {1}, &a, sizeof a, g.s));
       l.pos = c->last_position(g.s);
       add(l);
       last = l;
+      covered_sid = 0;
     };
+    auto last_addr = [&] { return dstamps[last.device] + uint64_t(last.stamp) * sizeof(sim::Stamp); };
     // Host-side work on g at index idx: if stream work issued now on g follows
     // `last` (C1 or C3), so must it. Then a copy of `last`'s stamp, queued on g
     // just before it, must show that stamp done. Returns whether it follows.
     auto snapshot_last = [&](const GenStream& g, int idx) {
-      const bool follows = last.stamp >= 0 && (last.sid == g.sid || (g.legacy && !last.legacy && last.blocking) ||
-                                               (!g.legacy && g.blocking && last.legacy));
-      if (follows)
-        GEN_OK(c->memcpy_d2h_async(&hf_snap[idx], dstamps + uint64_t(last.stamp) * sizeof(sim::Stamp),
-                                   sizeof(sim::Stamp), g.s));
+      const bool follows = follows_stamp(last, g);
+      if (follows) GEN_OK(c->memcpy_d2h_async(&hf_snap[idx], last_addr(), sizeof(sim::Stamp), g.s));
       return follows;
     };
     for (int ph = 0; ph < prog.phases; ++ph) {
@@ -189,25 +263,35 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
             l.rec_end = ev.rec_end;
             add(l);
           }
-        } else if (roll < 52) {  // record, or re-record on another stream
-          const GenStream& g = pick();
+        } else if (roll < 52) {  // record, or re-record on another stream (of the event's device)
+          if (ndev > 1 && rng() % 8 == 0) {
+            const GenStream& g = pick();
+            if (g.device != ev.device) {
+              // CUDA refuses an event of another device, at once; the event keeps its record.
+              const Status st = c->event_record(ev.e, g.s);
+              if (st != Status::kInvalidResourceHandle)
+                p.add("event_record on another device's stream returned " + std::string(status_name(st)));
+              continue;
+            }
+          }
+          const GenStream& g = pick_on(ev.device);
           GEN_OK(c->event_record(ev.e, g.s));
           ev.recorded = true;
           ev.rec_sid = g.sid;
           ev.rec_end = c->last_position(g.s) + 1;
-        } else if (roll < 61) {
+        } else if (roll < 61) {  // a wait, by a stream of any device
           if (!ev.recorded) continue;
           const GenStream& g = pick();
           GEN_OK(c->stream_wait_event(g.s, ev.e));
-          Logged l{Kind::Wait, th, ph, seq++, g.sid, g.legacy, g.blocking};
+          Logged l{Kind::Wait, th, ph, seq++, g.sid, g.legacy, g.blocking, g.device};
           l.pos = c->last_position(g.s);
           l.rec_sid = ev.rec_sid;
           l.rec_end = ev.rec_end;
           add(l);
+          if (last.stamp >= 0 && ev.rec_sid == last.sid && ev.rec_end > last.pos) covered_sid = g.sid;
         } else if (roll < 66) {  // destroy with waits pending, then a new event
           GEN_OK(c->event_destroy(ev.e));
-          ev = GenEvent{};
-          GEN_OK(c->event_create(&ev.e));
+          make_event(&ev);
         } else if (roll < 73 && has_mine) {  // destroy with work pending (ring reuse), maybe after a query's fence
           if (rng() % 2) {
             const Status q = c->stream_query(mine.s);
@@ -220,20 +304,44 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
           if (q != Status::kSuccess && q != Status::kNotReady) p.add("stream_query failed");
         } else if (roll < 81 && prog.per_thread) {  // a thread that exits with work pending on its per-thread stream
           std::thread child([&] {
-            GenStream cs{c->per_thread_stream(), next_sid++, true, false};
+            // A new thread starts on device 0; it may switch to another.
+            const uint32_t d = uint32_t(rng() % ndev);
+            if (d) GEN_OK(c->set_device(d));
+            GenStream cs{c->per_thread_stream(), next_sid++, true, false, d};
             for (int n = 1 + int(rng() % 3); n-- > 0;) stamp_on(cs, ph);
           });
           child.join();
+          covered_sid = 0;  // `last` is the child's now
         } else if (roll < 84) {
+          use(cur, uint32_t(rng() % ndev));
           GEN_OK(c->device_synchronize());
-          add({Kind::DeviceSync, th, ph, seq++});
+          Logged l{Kind::DeviceSync, th, ph, seq++};
+          l.device = cur;
+          add(l);
         } else if (roll < 88) {
           const GenStream& g = pick();
           GEN_OK(c->stream_synchronize(g.s));
-          add({Kind::StreamSync, th, ph, seq++, g.sid, g.legacy, g.blocking});
+          add({Kind::StreamSync, th, ph, seq++, g.sid, g.legacy, g.blocking, g.device});
+        } else if (roll < 91 && ndev > 1) {  // a peer copy of the last stamp, on a stream that follows it
+          std::vector<const GenStream*> after;
+          auto consider = [&](const GenStream& g) {
+            if (follows_stamp(last, g) || g.sid == covered_sid) after.push_back(&g);
+          };
+          for (const auto& g : shared) consider(g);
+          for (const auto& g : priv) consider(g);
+          consider(per_thread);
+          if (after.empty()) continue;
+          const GenStream& g = *after[rng() % after.size()];
+          use(cur, g.device);
+          const int idx = next_pc++;
+          if (idx >= max_pc) continue;
+          const uint32_t to = (g.device + 1 + uint32_t(rng() % (ndev - 1))) % ndev;  // another device's memory
+          pcs[size_t(idx)] = {last.stamp, to};
+          GEN_OK(c->memcpy_peer_async(psnap[to] + uint64_t(idx) * sizeof(sim::Stamp), to, last_addr(), last.device,
+                                      sizeof(sim::Stamp), g.s));
         } else if (roll < 94) {  // copies and fills on the thread's own scratch: every stream op
           const GenStream& g = pick();
-          const uint64_t a = scratch + uint64_t(th) * 2 * kScratch;
+          const uint64_t a = scratch[g.device] + uint64_t(th) * 2 * kScratch;
           if (rng() % 2) GEN_OK(c->memset_async(a, uint8_t(rng()), kScratch, g.s));
           else GEN_OK(c->memcpy_d2d_async(a + kScratch, a, kScratch, g.s));
         } else if (roll < 97) {  // a host function on any stream kind
@@ -273,10 +381,24 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
   for (int th = 0; th < prog.threads; ++th) ts.emplace_back(body, th);
   for (auto& t : ts) t.join();
 
-  GEN_OK(c->device_synchronize());
+  for (uint32_t d = 0; d < ndev; ++d) {
+    use(main_dev, d);
+    GEN_OK(c->device_synchronize());
+  }
+  use(main_dev, 0);
   const int n = next_stamp.load();
   std::vector<sim::Stamp> st(size_t(std::max(n, 1)));
-  if (n) GEN_OK(c->memcpy_d2h(st.data(), dstamps, uint64_t(n) * sizeof(sim::Stamp)));
+  {
+    std::vector<uint32_t> device_of(size_t(std::max(n, 1)));
+    for (const Logged& o : log)
+      if (o.kind == Kind::Stamp) device_of[size_t(o.stamp)] = o.device;
+    std::vector<sim::Stamp> all(size_t(std::max(n, 1)));
+    for (uint32_t d = 0; d < ndev && n; ++d) {
+      GEN_OK(c->memcpy_d2h(all.data(), dstamps[d], uint64_t(n) * sizeof(sim::Stamp)));
+      for (int i = 0; i < n; ++i)
+        if (device_of[size_t(i)] == d) st[size_t(i)] = all[size_t(i)];
+    }
+  }
   // Read before any stamp could still be running: a stamp with no end means a
   // device-wide wait did not cover it (or it was lost).
   ModelResult res;
@@ -315,7 +437,8 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
     for (const Logged* b : stamps) {
       if (a == b) continue;
       if (a->sid == b->sid && a->pos < b->pos) must_precede(*a, *b, "C1 stream order");
-      const bool pair = (a->legacy && !b->legacy && b->blocking) || (b->legacy && !a->legacy && a->blocking);
+      const bool pair = a->device == b->device &&
+                        ((a->legacy && !b->legacy && b->blocking) || (b->legacy && !a->legacy && a->blocking));
       if (pair && hb(*a, *b)) must_precede(*a, *b, "C3 legacy stream");
     }
   for (const Logged& o : log) {
@@ -323,7 +446,8 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
       all_precede([&](const Logged& a) { return a.sid == o.rec_sid && a.pos < o.rec_end; },
                   [&](const Logged& b) { return b.sid == o.sid && b.pos > o.pos; }, "C2 event wait");
     if (o.kind == Kind::DeviceSync)
-      all_precede([&](const Logged& a) { return hb(a, o); }, [&](const Logged& b) { return hb(o, b); }, "C4 device sync");
+      all_precede([&](const Logged& a) { return a.device == o.device && hb(a, o); },
+                  [&](const Logged& b) { return hb(o, b); }, "C4 device sync");
     if (o.kind == Kind::StreamSync)
       all_precede([&](const Logged& a) { return a.sid == o.sid && hb(a, o); },
                   [&](const Logged& b) { return hb(o, b); }, "C5 stream sync");
@@ -340,11 +464,28 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
   if (hf_early.load() && res.violations++ == 0)
     res.first = "C6 host function: " + std::to_string(hf_early.load()) + " ran before the stream's earlier work (host functions or host-to-host copies)";
   res.host_functions = size_t(hfs);
-  for (size_t i = 1; i < shared.size(); ++i) GEN_OK(c->stream_destroy(shared[i].s));
+  const int npcs = std::min(next_pc.load(), max_pc);
+  for (uint32_t d = 0; d < ndev && npcs; ++d) {
+    std::vector<sim::Stamp> snaps(static_cast<size_t>(npcs));
+    GEN_OK(c->memcpy_d2h(snaps.data(), psnap[d], uint64_t(npcs) * sizeof(sim::Stamp)));
+    for (int i = 0; i < npcs; ++i) {
+      const PeerSnap& pc = pcs[size_t(i)];
+      if (pc.device != d || pc.stamp < 0) continue;
+      ++res.peer_copies;
+      const sim::Stamp& want = st[size_t(pc.stamp)];
+      if ((snaps[size_t(i)].start != want.start || snaps[size_t(i)].end != want.end) && res.violations++ == 0)
+        res.first = "C8 peer copy " + std::to_string(i) + " to device " + std::to_string(d) + " of stamp " +
+                    std::to_string(pc.stamp) + " ran before that stamp ended";
+    }
+  }
+  for (size_t i = ndev; i < shared.size(); ++i) GEN_OK(c->stream_destroy(shared[i].s));
   GEN_OK(c->free(hf_dev));
   GEN_OK(c->free_host(hf_host));
-  GEN_OK(c->free(dstamps));
-  GEN_OK(c->free(scratch));
+  for (uint32_t d = 0; d < ndev; ++d) {
+    GEN_OK(c->free(dstamps[d]));
+    GEN_OK(c->free(scratch[d]));
+    GEN_OK(c->free(psnap[d]));
+  }
   return res;
 }
 

@@ -16,6 +16,10 @@ struct GenProgram {
   // rings (ARCHITECTURE.md, "Streams and rings").
   int private_streams = 2;
   bool per_thread = true;   // the thread's per-thread stream, and children with their own
+  // Devices the program spreads its streams, events and memory over (at most
+  // the worker's): threads switch devices, wait on other devices' events and
+  // copy between devices.
+  int devices = 1;
 };
 
 ModelResult run_generated(Client& c, uint64_t seed, Problems& p, const GenProgram& prog = {});

@@ -40,6 +40,7 @@ struct ModelResult {
   size_t stamps = 0;      // kernels checked
   size_t violations = 0;  // ordered pairs that broke a rule
   size_t host_functions = 0;  // host functions and host-to-host copies checked (generator)
+  size_t peer_copies = 0;     // copies to another device's memory checked (generator)
   std::string first;      // the first broken rule, for the log
 };
 struct ModelProgram {
