@@ -135,6 +135,16 @@ TEST(Generator, MultiDeviceProgramsKeepEveryAllowedOrder) {
   std::printf("4 devices: checked %zu stamped kernels and %zu peer copies over 3 generated programs\n", stamps, peer);
   EXPECT_GT(stamps, 300u);
   EXPECT_GT(peer, 10u);
+  // More streams than rings: legacy streams of devices past 0 share rings too.
+  WorkerProcess small({"--chaos", "43", "--sim-devices", "3"});
+  prog.devices = 3;
+  prog.private_streams = 12;
+  auto c = small.attach();
+  ASSERT_LT(c->layout().ring_count * 4, uint32_t(prog.threads * (prog.private_streams + 1)));
+  scenario::Problems p;
+  auto r = scenario::run_generated(*c, 5, p, prog);
+  EXPECT_EQ(r.violations, 0u) << r.first;
+  EXPECT_TRUE(p.empty()) << p.count() << " problems, first: " << p.first();
 }
 
 TEST(Generator, MultiDeviceProgramsBreakWithoutEdges) {

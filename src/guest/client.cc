@@ -940,7 +940,13 @@ Status Client::stream_synchronize(Stream s) {
     req.arg[0] = b.id;
     const uint64_t end = b.g->published.load(std::memory_order_acquire);
     if (end) req.edges[req.edge_count++] = {b.r, 0, end};
-    return finish(t, call(req));
+    const Status st = call(req);
+    // A legacy stream (past device 0's, it may share a ring) also covers its
+    // device's blocking streams, which the request does not.
+    if (!ok(st) || !opt_.ordered || b.id >= kMaxDevices) return finish(t, st);
+    std::vector<std::pair<uint32_t, uint64_t>> targets;
+    legacy_targets(t, b.id, &targets);
+    return wait_targets(t, targets);
   }
   std::vector<std::pair<uint32_t, uint64_t>> targets;
   fence_target(t, b.r, &targets);
