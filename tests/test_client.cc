@@ -195,7 +195,7 @@ TEST(Client, DeviceInfoDescribesTheSimDevice) {
   auto c = w.attach();
   DeviceInfo d{};
   ASSERT_EQ(c->device_info(&d), Status::kSuccess);
-  EXPECT_STREQ(d.name, "ordo sim device");
+  EXPECT_STREQ(d.name, "ordo sim device 0");
   EXPECT_EQ(d.warp_size, 32);
   EXPECT_EQ(d.max_threads_per_block, 1024);
   EXPECT_GT(d.total_global_mem, uint64_t{1} << 30);

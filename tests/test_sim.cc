@@ -97,7 +97,7 @@ class SimTest : public ::testing::Test {
 
   uint64_t alloc(uint64_t size) {
     uint64_t addr = 0;
-    EXPECT_EQ(b_->malloc(size, &addr), Status::kSuccess);
+    EXPECT_EQ(b_->malloc(0, size, &addr), Status::kSuccess);
     return addr;
   }
 
@@ -129,7 +129,7 @@ TEST_F(SimTest, Name) { EXPECT_EQ(b_->name(), "sim"); }
 
 TEST_F(SimTest, StreamRunsWorkInFifoOrder) {
   constexpr uint32_t kN = 32;
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
   const uint64_t stamps = alloc(kN * sizeof(Stamp));
   for (uint32_t i = 0; i < kN; ++i) ASSERT_EQ(stamp(1, stamps, i, i % 4 == 0 ? 200 : 0), Status::kSuccess);
   auto s = read<Stamp>(stamps, kN, 1);
@@ -142,8 +142,8 @@ TEST_F(SimTest, StreamRunsWorkInFifoOrder) {
 }
 
 TEST_F(SimTest, NonBlockingStreamsOverlap) {
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
-  ASSERT_EQ(b_->stream_create(2, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(2, 0, false, 0), Status::kSuccess);
   const uint64_t stamps = alloc(2 * sizeof(Stamp));
   ASSERT_EQ(stamp(1, stamps, 0, 30000), Status::kSuccess);  // slow, enqueued first
   ASSERT_EQ(stamp(2, stamps, 1, 0), Status::kSuccess);
@@ -154,9 +154,9 @@ TEST_F(SimTest, NonBlockingStreamsOverlap) {
 }
 
 TEST_F(SimTest, StreamWaitEventOrdersAcrossStreams) {
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
-  ASSERT_EQ(b_->stream_create(2, false, 0), Status::kSuccess);
-  ASSERT_EQ(b_->event_create(7, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(2, 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(7, 0, 0), Status::kSuccess);
   const uint64_t stamps = alloc(2 * sizeof(Stamp));
   ASSERT_EQ(stamp(1, stamps, 0, 5000), Status::kSuccess);
   ASSERT_EQ(b_->event_record(1, 7), Status::kSuccess);
@@ -171,9 +171,9 @@ TEST_F(SimTest, StreamWaitEventOrdersAcrossStreams) {
 // A kernel that reads its input late must see the input as it was when it was
 // launched if the overwrite waits for it through an event.
 TEST_F(SimTest, SlowCopyReadsBeforeEventOrderedOverwrite) {
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
-  ASSERT_EQ(b_->stream_create(2, false, 0), Status::kSuccess);
-  ASSERT_EQ(b_->event_create(1, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(2, 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(1, 0, 0), Status::kSuccess);
   const uint64_t src = alloc(64), dst = alloc(64);
   ASSERT_EQ(b_->memset(0, src, 0x11, 64, {}), Status::kSuccess);
   ASSERT_TRUE(sync(0));
@@ -187,9 +187,9 @@ TEST_F(SimTest, SlowCopyReadsBeforeEventOrderedOverwrite) {
 }
 
 TEST_F(SimTest, WaitOnNeverRecordedEventIsNoop) {
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
-  ASSERT_EQ(b_->stream_create(2, false, 0), Status::kSuccess);
-  ASSERT_EQ(b_->event_create(3, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(2, 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(3, 0, 0), Status::kSuccess);
   Gate gate;
   b_->host_callback(1, gate.waiter());
   ASSERT_EQ(b_->stream_wait_event(2, 3), Status::kSuccess);
@@ -201,10 +201,10 @@ TEST_F(SimTest, WaitOnNeverRecordedEventIsNoop) {
 }
 
 TEST_F(SimTest, WaitCapturesTheRecordCurrentAtWaitTime) {
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);  // gated
-  ASSERT_EQ(b_->stream_create(2, false, 0), Status::kSuccess);  // waits
-  ASSERT_EQ(b_->stream_create(3, false, 0), Status::kSuccess);  // idle
-  ASSERT_EQ(b_->event_create(1, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);  // gated
+  ASSERT_EQ(b_->stream_create(2, 0, false, 0), Status::kSuccess);  // waits
+  ASSERT_EQ(b_->stream_create(3, 0, false, 0), Status::kSuccess);  // idle
+  ASSERT_EQ(b_->event_create(1, 0, 0), Status::kSuccess);
   Gate gate;
   b_->host_callback(1, gate.waiter());
 
@@ -222,7 +222,7 @@ TEST_F(SimTest, WaitCapturesTheRecordCurrentAtWaitTime) {
   // Re-recorded on the idle stream before the wait: the wait does not block.
   ASSERT_EQ(b_->event_record(1, 1), Status::kSuccess);
   ASSERT_EQ(b_->event_record(3, 1), Status::kSuccess);
-  ASSERT_EQ(b_->stream_create(4, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(4, 0, false, 0), Status::kSuccess);
   ASSERT_EQ(b_->stream_wait_event(4, 1), Status::kSuccess);
   Flag free_run;
   b_->host_callback(4, free_run.setter());
@@ -234,8 +234,8 @@ TEST_F(SimTest, WaitCapturesTheRecordCurrentAtWaitTime) {
 }
 
 TEST_F(SimTest, LegacyStreamWaitsForBlockingStreamsOnly) {
-  ASSERT_EQ(b_->stream_create(1, true, 0), Status::kSuccess);   // blocking
-  ASSERT_EQ(b_->stream_create(2, false, 0), Status::kSuccess);  // non-blocking
+  ASSERT_EQ(b_->stream_create(1, 0, true, 0), Status::kSuccess);   // blocking
+  ASSERT_EQ(b_->stream_create(2, 0, false, 0), Status::kSuccess);  // non-blocking
   Gate blocking_gate, nonblocking_gate;
 
   // Stream 0 does not wait for a non-blocking stream.
@@ -255,11 +255,11 @@ TEST_F(SimTest, LegacyStreamWaitsForBlockingStreamsOnly) {
 }
 
 TEST_F(SimTest, BlockingStreamsWaitForLegacyStream) {
-  ASSERT_EQ(b_->stream_create(2, false, 0), Status::kSuccess);  // non-blocking
+  ASSERT_EQ(b_->stream_create(2, 0, false, 0), Status::kSuccess);  // non-blocking
   Gate gate;
   b_->host_callback(0, gate.waiter());
   // Created after the legacy work was enqueued: still waits for it.
-  ASSERT_EQ(b_->stream_create(1, true, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, true, 0), Status::kSuccess);
   Flag blocked, free_run;
   b_->host_callback(1, blocked.setter());
   b_->host_callback(2, free_run.setter());
@@ -272,7 +272,7 @@ TEST_F(SimTest, BlockingStreamsWaitForLegacyStream) {
 // Only work enqueued *earlier* counts: legacy work does not wait for blocking
 // work enqueued after it, and vice versa.
 TEST_F(SimTest, LegacySyncOnlyCoversEarlierWork) {
-  ASSERT_EQ(b_->stream_create(1, true, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, true, 0), Status::kSuccess);
   Flag legacy;
   b_->host_callback(0, legacy.setter());
   Gate gate;
@@ -282,7 +282,7 @@ TEST_F(SimTest, LegacySyncOnlyCoversEarlierWork) {
   // another blocking stream waits for that legacy work in turn (transitively).
   Flag legacy2, blocking2;
   b_->host_callback(0, legacy2.setter());
-  ASSERT_EQ(b_->stream_create(3, true, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(3, 0, true, 0), Status::kSuccess);
   b_->host_callback(3, blocking2.setter());
   EXPECT_FALSE(legacy2.wait(kSettle));
   EXPECT_FALSE(blocking2.set());
@@ -292,7 +292,7 @@ TEST_F(SimTest, LegacySyncOnlyCoversEarlierWork) {
 }
 
 TEST_F(SimTest, LegacyStreamWaitsForDestroyedBlockingStream) {
-  ASSERT_EQ(b_->stream_create(1, true, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, true, 0), Status::kSuccess);
   Gate gate;
   b_->host_callback(1, gate.waiter());
   ASSERT_EQ(b_->stream_destroy(1), Status::kSuccess);
@@ -304,8 +304,8 @@ TEST_F(SimTest, LegacyStreamWaitsForDestroyedBlockingStream) {
 }
 
 TEST_F(SimTest, EventQueryNotReadyThenSuccess) {
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
-  ASSERT_EQ(b_->event_create(5, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(5, 0, 0), Status::kSuccess);
   EXPECT_EQ(b_->event_query(5), Status::kSuccess);  // never recorded
   EXPECT_EQ(b_->event_query(6), Status::kInvalidResourceHandle);
   Gate gate;
@@ -322,7 +322,7 @@ TEST_F(SimTest, EventQueryNotReadyThenSuccess) {
 }
 
 TEST_F(SimTest, EventNotifyRunsAtOnceWhenNothingPending) {
-  ASSERT_EQ(b_->event_create(1, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(1, 0, 0), Status::kSuccess);
   bool ran = false;
   b_->event_notify(1, [&] { ran = true; });  // never recorded
   EXPECT_TRUE(ran);
@@ -334,10 +334,10 @@ TEST_F(SimTest, EventNotifyRunsAtOnceWhenNothingPending) {
 }
 
 TEST_F(SimTest, EventElapsed) {
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
-  ASSERT_EQ(b_->event_create(1, 0), Status::kSuccess);
-  ASSERT_EQ(b_->event_create(2, 0), Status::kSuccess);
-  ASSERT_EQ(b_->event_create(3, 0x2), Status::kSuccess);  // cudaEventDisableTiming
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(1, 0, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(2, 0, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(3, 0, 0x2), Status::kSuccess);  // cudaEventDisableTiming
   float ms = -1;
   EXPECT_EQ(b_->event_elapsed(1, 2, &ms), Status::kInvalidResourceHandle);  // never recorded
   EXPECT_EQ(b_->event_elapsed(1, 9, &ms), Status::kInvalidResourceHandle);
@@ -357,20 +357,20 @@ TEST_F(SimTest, EventElapsed) {
 }
 
 TEST_F(SimTest, EventIdsAndDestroy) {
-  EXPECT_EQ(b_->event_create(65536, 0), Status::kInvalidValue);
-  ASSERT_EQ(b_->event_create(65535, 0), Status::kSuccess);
-  EXPECT_EQ(b_->event_create(65535, 0), Status::kInvalidResourceHandle);
+  EXPECT_EQ(b_->event_create(65536, 0, 0), Status::kInvalidValue);
+  ASSERT_EQ(b_->event_create(65535, 0, 0), Status::kSuccess);
+  EXPECT_EQ(b_->event_create(65535, 0, 0), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->event_record(0, 4), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->event_record(9, 65535), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->stream_wait_event(0, 4), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->event_destroy(65535), Status::kSuccess);
   EXPECT_EQ(b_->event_destroy(65535), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->event_query(65535), Status::kInvalidResourceHandle);
-  EXPECT_EQ(b_->event_create(65535, 0), Status::kSuccess);
+  EXPECT_EQ(b_->event_create(65535, 0, 0), Status::kSuccess);
 }
 
 TEST_F(SimTest, HostCallbackIsOrderedInItsStream) {
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
   const uint64_t counter = alloc(sizeof(uint64_t));
   uint64_t before = 0, seen = 0, fed = 0;
   ASSERT_EQ(launch(1, "ordo_add_u64", AddU64Args{counter, 41}), Status::kSuccess);
@@ -486,10 +486,10 @@ TEST_F(SimTest, InvalidRangesRejected) {
   EXPECT_EQ(b_->free(a + 1), Status::kInvalidDevicePointer);
   EXPECT_EQ(b_->free(12345), Status::kInvalidDevicePointer);
   uint64_t addr = 0;
-  EXPECT_EQ(b_->malloc(0, &addr), Status::kInvalidValue);
-  EXPECT_EQ(b_->malloc((uint64_t{64} << 30) + 1, &addr), Status::kInvalidValue);
-  EXPECT_EQ(b_->malloc(kMax, &addr), Status::kInvalidValue);
-  EXPECT_EQ(b_->malloc(16, nullptr), Status::kInvalidValue);
+  EXPECT_EQ(b_->malloc(0, 0, &addr), Status::kInvalidValue);
+  EXPECT_EQ(b_->malloc(0, (uint64_t{64} << 30) + 1, &addr), Status::kInvalidValue);
+  EXPECT_EQ(b_->malloc(0, kMax, &addr), Status::kInvalidValue);
+  EXPECT_EQ(b_->malloc(0, 16, nullptr), Status::kInvalidValue);
   ASSERT_TRUE(sync(0));
   EXPECT_TRUE(errors().empty());
 }
@@ -521,7 +521,7 @@ void throws_illegal_state(KernelContext&) { throw KernelError(Status::kIllegalSt
 TEST_F(SimTest, KernelErrorsReportedWithTag) {
   register_kernel("test_throws_runtime_error", &throws_runtime_error);
   register_kernel("test_throws_illegal_state", &throws_illegal_state);
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
   const uint64_t buf = alloc(16);
   const uint64_t counter = alloc(8);
 
@@ -570,7 +570,7 @@ TEST_F(SimTest, LaunchValidation) {
 
 // Arguments are copied at launch(): the caller may reuse its buffer at once.
 TEST_F(SimTest, LaunchCopiesArguments) {
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
   Gate gate;
   b_->host_callback(1, gate.waiter());
   const uint64_t counter = alloc(8);
@@ -600,10 +600,10 @@ TEST_F(SimTest, LaunchCopiesArguments) {
 }
 
 TEST_F(SimTest, StreamIds) {
-  EXPECT_EQ(b_->stream_create(0, false, 0), Status::kInvalidResourceHandle);  // exists
-  EXPECT_EQ(b_->stream_create(kMaxStreams, false, 0), Status::kInvalidValue);
-  ASSERT_EQ(b_->stream_create(kMaxStreams - 1, false, 0), Status::kSuccess);
-  EXPECT_EQ(b_->stream_create(kMaxStreams - 1, true, 0), Status::kInvalidResourceHandle);
+  EXPECT_EQ(b_->stream_create(0, 0, false, 0), Status::kInvalidResourceHandle);  // exists
+  EXPECT_EQ(b_->stream_create(kMaxStreams, 0, false, 0), Status::kInvalidValue);
+  ASSERT_EQ(b_->stream_create(kMaxStreams - 1, 0, false, 0), Status::kSuccess);
+  EXPECT_EQ(b_->stream_create(kMaxStreams - 1, 0, true, 0), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->stream_destroy(0), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->stream_destroy(17), Status::kInvalidResourceHandle);
   uint8_t x = 0;
@@ -612,20 +612,20 @@ TEST_F(SimTest, StreamIds) {
   ASSERT_EQ(b_->stream_destroy(kMaxStreams - 1), Status::kSuccess);
   EXPECT_EQ(b_->stream_destroy(kMaxStreams - 1), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->memcpy(kMaxStreams - 1, host(&x), host(&x), 1, {}), Status::kInvalidResourceHandle);
-  ASSERT_EQ(b_->stream_create(kMaxStreams - 1, true, 0), Status::kSuccess);  // id reused
+  ASSERT_EQ(b_->stream_create(kMaxStreams - 1, 0, true, 0), Status::kSuccess);  // id reused
   EXPECT_TRUE(sync(kMaxStreams - 1));
 }
 
 TEST_F(SimTest, DestroyedStreamFinishesPendingWork) {
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
-  ASSERT_EQ(b_->event_create(1, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(1, 0, 0), Status::kSuccess);
   const uint64_t counter = alloc(8);
   Gate gate;
   b_->host_callback(1, gate.waiter());
   for (int i = 0; i < 10; ++i) ASSERT_EQ(launch(1, "ordo_add_u64", AddU64Args{counter, 1}), Status::kSuccess);
   ASSERT_EQ(b_->event_record(1, 1), Status::kSuccess);
   ASSERT_EQ(b_->stream_destroy(1), Status::kSuccess);
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);  // a new stream, same id
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);  // a new stream, same id
   ASSERT_TRUE(sync(1));
   EXPECT_EQ(b_->event_query(1), Status::kNotReady);
   ASSERT_EQ(b_->stream_wait_event(0, 1), Status::kSuccess);
@@ -642,7 +642,7 @@ TEST(SimBackend, DestructorDrainsAllStreams) {
   {
     auto b = make_sim_backend();
     for (uint32_t s = 1; s <= 4; ++s) {
-      ASSERT_EQ(b->stream_create(s, s % 2 == 0, 0), Status::kSuccess);
+      ASSERT_EQ(b->stream_create(s, 0, s % 2 == 0, 0), Status::kSuccess);
       for (int i = 0; i < 3; ++i) {
         b->host_callback(s, [&] {
           std::this_thread::sleep_for(1ms);
@@ -674,8 +674,8 @@ TEST_F(SimTest, ConcurrentChainsStress) {
   constexpr int kRounds = 300;
   const uint64_t counters = alloc(kStreams * 8);
   for (uint32_t s = 1; s <= kStreams; ++s) {
-    ASSERT_EQ(b_->stream_create(s, s % 2 == 0, 0), Status::kSuccess);
-    ASSERT_EQ(b_->event_create(s, 0), Status::kSuccess);
+    ASSERT_EQ(b_->stream_create(s, 0, s % 2 == 0, 0), Status::kSuccess);
+    ASSERT_EQ(b_->event_create(s, 0, 0), Status::kSuccess);
   }
   for (int r = 0; r < kRounds; ++r) {
     for (uint32_t s = 1; s <= kStreams; ++s) {

@@ -300,9 +300,11 @@ std::vector<BadCase> bad_entries(const Layout& l) {
       e.arg[0] = uint64_t{1} << 32;
       add(std::string(info(op).name) + " with a module id past 32 bits", e, Path::Slot, Status::kInvalidResourceHandle);
     }
-    e = entry(Op::DeviceInfo);
-    e.arg[0] = 1;
-    add("device info of device 1", e, Path::Slot, Status::kInvalidDevice);
+    for (Op op : {Op::DeviceInfo, Op::DeviceAttributes}) {
+      e = entry(op);
+      e.arg[0] = kMaxDevices;
+      add(std::string(info(op).name) + " of device kMaxDevices", e, Path::Slot, Status::kInvalidDevice);
+    }
     add("slot op ModuleLoad on a ring", module_load_entry(0, 1), Path::Ring);
   }
   // Launch: argument bytes inside this ring's staging window.
@@ -365,12 +367,20 @@ std::vector<BadCase> bad_entries(const Layout& l) {
     e.arg[1] = val;
     add("memset value " + std::to_string(val), e, Path::Ring);
   }
-  // StreamCreate: only known flags.
-  for (uint64_t fl : {uint64_t{2}, uint64_t{3}, uint64_t{1} << 63, UINT64_MAX}) {
+  // StreamCreate: only known flags (a legacy stream is not non-blocking), a device in range.
+  for (uint64_t fl : {uint64_t{3}, uint64_t{4}, uint64_t{1} << 63, UINT64_MAX}) {
     e = entry(Op::StreamCreate);
     e.arg[0] = fl;
     add("stream create flags " + std::to_string(fl), e, Path::Ring);
   }
+  for (uint64_t d : {uint64_t{kMaxDevices}, uint64_t{1} << 32, UINT64_MAX}) {
+    e = entry(Op::StreamCreate);
+    e.arg[2] = d;
+    add("stream create on device " + std::to_string(d), e, Path::Ring, Status::kInvalidDevice);
+  }
+  e = entry(Op::PeerAccess);
+  e.arg[2] = 3;
+  add("peer access command 3", e, Path::Slot);
   return v;
 }
 
@@ -467,7 +477,8 @@ TEST(CheckEntry, RandomEntriesThatPassAreSafeToUse) {
       ASSERT_LE(e.arg[1], 0xffu);
     }
     if (op == Op::StreamCreate) {
-      ASSERT_EQ(e.arg[0] & ~kStreamNonBlocking, 0u);
+      ASSERT_EQ(e.arg[0] & ~(kStreamNonBlocking | kStreamLegacy), 0u);
+      ASSERT_LT(e.arg[2], kMaxDevices);
     }
   }
   EXPECT_GT(passed, 1000u) << "the generator should reach the accepting paths";

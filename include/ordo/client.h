@@ -4,6 +4,7 @@
 // the edges each entry carries (ARCHITECTURE.md, "Ordering rules").
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <boost/container/small_vector.hpp>
 #include <chrono>
@@ -155,7 +156,7 @@ class Client {
 
   // Position the last entry this thread pushed on `s` got, and the ring `s` is on (tests).
   uint64_t last_position(Stream s) const;
-  uint32_t ring_of_stream(Stream s) const;
+  uint32_t ring_of_stream(Stream s);
   const Layout& layout() const { return region_->layout(); }
   Region& region() { return *region_; }
 
@@ -175,13 +176,13 @@ class Client {
   Status finish_own(ThreadState& t, Status own);  // record last error; async errors stay pending
   // finish() for a call that only enqueued: the errors present when it pushed its first entry.
   Status finish_async(ThreadState& t);
-  bool bind(Stream s, Bound* out) const;
+  bool bind(Stream s, Bound* out);
   // Appends `e` of stream `stream` (with edges for its op's ordering role, after
   // any edges `e` already carries) to ring `r`; caller holds r.mu.
   uint64_t push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, Entry e, EventState* ev);
   void write_entry(Ring& g, uint32_t r, const Entry& e);
   using EdgeList = boost::container::small_vector<Edge, 16>;
-  void legacy_edges(Ring& g, uint32_t r, bool blocking, EdgeList* edges);
+  void legacy_edges(Ring& g, uint32_t r, uint32_t stream, EdgeList* edges);
   void uses_of_event(const EventState& ev, uint32_t own_ring, EdgeList* edges);
   bool alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset);
   bool try_alloc_staging(Ring& g, uint32_t r, uint64_t size, uint64_t* offset);  // size 16-aligned; no wait
@@ -191,9 +192,16 @@ class Client {
   Status wait_completed(uint32_t r, uint64_t pos);
   void fence_target(ThreadState& t, uint32_t r, std::vector<std::pair<uint32_t, uint64_t>>* targets);
   Status wait_targets(ThreadState& t, const std::vector<std::pair<uint32_t, uint64_t>>& targets);
-  // fence_target for what legacy-stream work follows on ring r: its blocking streams' work.
-  void fence_blocking(ThreadState& t, uint32_t r, std::vector<std::pair<uint32_t, uint64_t>>* targets);
-  void legacy_targets(ThreadState& t, std::vector<std::pair<uint32_t, uint64_t>>* targets);
+  // fence_target for the work of some of ring r's streams (a device's, or its
+  // blocking ones), destroyed ones included: Ring::Presence.
+  void presence_target(ThreadState& t, uint32_t r, uint32_t device, bool blocking_only,
+                       std::vector<std::pair<uint32_t, uint64_t>>* targets);
+  // What `device`'s legacy-stream work follows: its blocking streams' work.
+  void legacy_targets(ThreadState& t, uint32_t device, std::vector<std::pair<uint32_t, uint64_t>>* targets);
+  Status synchronize_all(ThreadState& t);  // every device's work (cudaFree)
+  uint32_t choose_ring_locked() const;     // for a new stream; caller holds rings_mu_
+  Status open_legacy(ThreadState& t, uint32_t device);  // device's legacy stream, on a ring of its own if one is free
+  Status peer_access(uint32_t peer, PeerCmd cmd);
   Status call(Entry e, uint64_t* r0 = nullptr, uint64_t* r1 = nullptr, const std::string* payload = nullptr,
               void* reply_payload = nullptr, size_t reply_size = 0);
   Status wait_worker(const std::atomic<uint64_t>& word, uint64_t target);
@@ -202,7 +210,7 @@ class Client {
   EventState* event_of(Event e);
   Status stream_op(Stream s, Entry e, EventState* ev = nullptr);
   Status release_stream(ThreadState& t, Stream s);
-  Status fetch_device_info(DeviceInfo* out);  // the request alone: no last-error bookkeeping
+  Status fetch_device_info(uint32_t device, DeviceInfo* out);  // the request alone: no last-error bookkeeping
   void run_host_funcs();
 
   std::unique_ptr<Region> region_;
@@ -227,7 +235,12 @@ class Client {
   const uint64_t id_;
   uint64_t guest_session_ = 0;
   std::atomic<bool> lost_{false};  // the worker died or dropped this session
-  std::atomic<uint64_t> smem_optin_{0};  // the device's dynamic shared memory limit; 0 until needed
+  std::array<std::atomic<uint64_t>, kMaxDevices> smem_optin_;  // per device: the dynamic shared memory limit; 0 until needed
+  // Per device: the ring of its legacy stream (kNoRing until a thread sets the
+  // device), and the positions of each ring its legacy work already follows
+  // (under that ring's mu).
+  std::array<std::atomic<uint32_t>, kMaxDevices> legacy_ring_;
+  std::array<std::vector<uint64_t>, kMaxDevices> legacy_covered_;
   std::thread heartbeat_;
   std::mutex beat_mu_;
   std::condition_variable beat_cv_;

@@ -10,13 +10,15 @@ namespace ordo {
 
 class NullBackend : public Backend {
  public:
+  explicit NullBackend(uint32_t devices = 1) : devices_(devices) {}
   std::string_view name() const override { return "null"; }
-  Status stream_create(uint32_t, bool, int) override { return Status::kSuccess; }
+  uint32_t device_count() const override { return devices_; }
+  Status stream_create(uint32_t, uint32_t, bool, int) override { return Status::kSuccess; }
   Status stream_destroy(uint32_t) override { return Status::kSuccess; }
   Status launch(uint32_t, const LaunchParams&, const OpTag&) override { return Status::kSuccess; }
   Status memcpy(uint32_t, MemOperand, MemOperand, uint64_t, const OpTag&) override { return Status::kSuccess; }
   Status memset(uint32_t, uint64_t, uint8_t, uint64_t, const OpTag&) override { return Status::kSuccess; }
-  Status event_create(uint32_t, uint32_t) override { return Status::kSuccess; }
+  Status event_create(uint32_t, uint32_t, uint32_t) override { return Status::kSuccess; }
   Status event_destroy(uint32_t) override { return Status::kSuccess; }
   Status event_record(uint32_t, uint32_t) override { return Status::kSuccess; }
   Status stream_wait_event(uint32_t, uint32_t) override { return Status::kSuccess; }
@@ -27,7 +29,7 @@ class NullBackend : public Backend {
   }
   void event_notify(uint32_t, std::function<void()> fn) override { fn(); }
   void host_callback(uint32_t, std::function<void()> fn) override { fn(); }
-  Status malloc(uint64_t size, uint64_t* addr) override {
+  Status malloc(uint32_t, uint64_t size, uint64_t* addr) override {
     if (size == 0 || size > (1ull << 40)) return Status::kInvalidValue;
     *addr = next_;
     next_ += (size + 0xfff) & ~uint64_t{0xfff};
@@ -40,7 +42,9 @@ class NullBackend : public Backend {
     *kernel = 0;
     return Status::kSuccess;
   }
-  Status device_info(DeviceInfo* out) override {
+  bool can_access_peer(uint32_t, uint32_t) override { return true; }
+  Status set_peer_access(uint32_t, uint32_t, bool) override { return Status::kSuccess; }
+  Status device_info(uint32_t, DeviceInfo* out) override {
     *out = DeviceInfo{};
     static constexpr char kName[] = "ordo null device";
     static_assert(sizeof(kName) <= sizeof(out->name));
@@ -49,6 +53,7 @@ class NullBackend : public Backend {
   }
 
  private:
+  uint32_t devices_;
   uint64_t next_ = 0x7000'0000'0000;
 };
 

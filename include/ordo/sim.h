@@ -33,8 +33,8 @@ class Device;
 // without the worker exporting symbols.
 class KernelContext {
  public:
-  KernelContext(Device& dev, Dim3 grid, Dim3 block, std::span<const std::byte> args)
-      : dev_(dev), grid_(grid), block_(block), args_(args) {}
+  KernelContext(Device& dev, Dim3 grid, Dim3 block, std::span<const std::byte> args, uint32_t device = 0)
+      : dev_(dev), grid_(grid), block_(block), args_(args), device_(device) {}
   virtual ~KernelContext() = default;
 
   Dim3 grid() const { return grid_; }
@@ -68,6 +68,7 @@ class KernelContext {
   Device& dev_;
   Dim3 grid_, block_;
   std::span<const std::byte> args_;
+  uint32_t device_;  // the launching stream's
   mutable std::vector<std::shared_ptr<const void>> pins_;  // allocations translated so far
 };
 

@@ -119,6 +119,7 @@ class Worker {
   struct EventState {
     uint32_t generation = 1;
     bool live = false;
+    uint8_t device = 0;
   };
 
   bool poll_ring(uint32_t r);
@@ -155,9 +156,12 @@ class Worker {
   const Layout layout_;  // our own copy: the header is guest-writable
   std::vector<RingState> rings_;
   std::vector<SlotState> slots_;
+  const uint32_t devices_;             // the backend's device count
   std::vector<uint32_t> stream_ring_;  // per stream id: the ring it was created on, or kNoRingBound
   std::vector<uint32_t> stream_mark_;  // per stream id: fence_count of its ring when last marked dirty
   static constexpr uint32_t kNoRingBound = 0xffffffffu;
+  std::vector<uint8_t> stream_device_;  // per stream id: its device (legacy stream d: d)
+  std::array<uint32_t, kMaxDevices> peers_{};  // per device: bit p = peer access to device p enabled by this guest
   std::vector<EventState> events_;
   std::vector<uint32_t> free_events_;
   std::map<uint64_t, uint64_t> allocations_;  // device address -> size, this guest's only

@@ -66,14 +66,19 @@ struct Client::Ring {
   uint64_t head_cache = 0;             // worker's head as last read
   std::atomic<uint64_t> published{0};  // tail, for other threads' edge snapshots
   uint32_t live = 0;                   // guarded by rings_mu_: streams on this ring
-  // Later legacy-stream work follows the ring's blocking streams: all it
-  // published while one lives, else up to the fence before the last one's
-  // destroy (its deferred work), so non-blocking streams left on the ring
-  // are never waited for.
-  std::atomic<uint32_t> blocking_live{0};  // changed under rings_mu_
-  std::atomic<uint64_t> blocking_end{0};   // changed under mu and rings_mu_
-  uint64_t legacy_seen = 0;            // legacy positions already covered by an edge from this ring
-  std::vector<uint64_t> covered;       // legacy ring only: per ring, positions already covered
+  // Per device, the ring's streams of that device: how many live, and where
+  // the last one destroyed left its work (the fence before its destroy). A
+  // device's legacy stream follows the ring's blocking streams of the device:
+  // all the ring published while one lives, else up to that fence, so other
+  // streams left on the ring are never waited for; device_synchronize covers
+  // the ring likewise for any stream of the device.
+  struct Presence {
+    std::atomic<uint32_t> live{0};  // changed under rings_mu_
+    std::atomic<uint64_t> end{0};   // changed under mu and rings_mu_
+  };
+  std::array<Presence, kMaxDevices> on;        // every stream of the device
+  std::array<Presence, kMaxDevices> blocking;  // its blocking streams
+  std::array<uint64_t, kMaxDevices> legacy_seen{};  // under mu: each legacy stream's ring positions already covered by an edge from here
   uint64_t fence_end = 0;              // position just past the last fence
   // Staging window: a byte FIFO released in ring order as entries complete.
   uint64_t stage_head = 0, stage_tail = 0, fence_stage = 0;
@@ -85,6 +90,7 @@ struct Client::StreamState {
   std::atomic<bool> open{false};
   std::atomic<uint32_t> generation{0};
   std::atomic<uint32_t> ring{kNoRing};
+  std::atomic<uint32_t> device{0};
   std::atomic<bool> blocking{false};
   Edge destroyed{};  // guarded by rings_mu_: the last StreamDestroy of this id; the next create follows it
 };
@@ -93,11 +99,13 @@ struct Client::Bound {
   StreamState* st;
   Ring* g;
   uint32_t r;
+  uint32_t id;  // the stream id: kLegacyStream resolved to the current device's legacy stream
 };
 
 struct Client::EventState {
   std::mutex mu;
   uint64_t handle = 0;
+  uint32_t device = 0;
   bool recorded = false;
   Edge record{};                                // the record the next user refers to
   std::vector<std::pair<uint32_t, uint64_t>> waits;  // users since that record: a re-record follows them
@@ -117,18 +125,20 @@ struct Client::ThreadState {
   uint64_t error_seen = 0;
   Status last_error = Status::kSuccess;
   uint64_t last_pos = 0;
-  Stream per_thread{kNoStream, 0};
-  bool has_per_thread = false;
+  uint32_t device = 0;  // the current device
+  std::array<Stream, kMaxDevices> per_thread;  // per device; id kNoStream: none yet
   // The errors already there when this call pushed its first entry (finish_async).
   bool marked = false;
   bool mark_sticky = false;
   uint64_t mark_error_seq = 0;
 
+  ThreadState() { per_thread.fill(Stream{kNoStream, 0}); }
   ~ThreadState() {
     if (!pool) return;
     std::lock_guard lock(pool->mu);
     if (!pool->client) return;
-    if (has_per_thread) pool->client->release_stream(*this, per_thread);
+    for (const Stream& s : per_thread)
+      if (s.id != kNoStream) pool->client->release_stream(*this, s);
     if (slot != kNoSlot) pool->free.push_back(slot);
   }
 };
@@ -187,6 +197,7 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t s
       id_(g_next_client_id.fetch_add(1)),
       guest_session_(session) {
   const Layout& l = region_->layout();
+  device_count_ = region_->header()->device_count.load(std::memory_order_relaxed);  // attach checked it
   rings_.reserve(l.ring_count);
   for (uint32_t r = 0; r < l.ring_count; ++r) {
     auto g = std::make_unique<Ring>();
@@ -195,10 +206,15 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t s
     g->fence_end = g->tail;
     rings_.push_back(std::move(g));
   }
-  rings_[kLegacyRing]->covered.assign(l.ring_count, 0);
+  for (auto& r : legacy_ring_) r.store(kNoRing, std::memory_order_relaxed);
+  legacy_ring_[0].store(kLegacyRing, std::memory_order_relaxed);
+  legacy_covered_[0].assign(l.ring_count, 0);
+  rings_[kLegacyRing]->live = 1;
+  rings_[kLegacyRing]->on[0].live.store(1, std::memory_order_relaxed);
   streams_[kLegacyStreamId].ring.store(kLegacyRing);
   streams_[kLegacyStreamId].open.store(true);
-  for (uint32_t id = 1; id < kMaxStreams; ++id) free_streams_.push_back(id);
+  for (uint32_t id = kMaxDevices; id < kMaxStreams; ++id) free_streams_.push_back(id);
+  for (auto& m : smem_optin_) m.store(0, std::memory_order_relaxed);
   // Slot partition: permanent slots for the first threads, a few lease slots
   // for sync calls of the threads after them, and one shared error slot for
   // those threads' async errors (ARCHITECTURE.md, "Threads and slots").
@@ -324,6 +340,14 @@ std::unique_ptr<Client> Client::attach(const std::string& spec, std::string* err
     bell.ring();
     usleep(200);
   }
+  const uint32_t devices = h->device_count.load(std::memory_order_acquire);
+  if (devices == 0 || devices > kMaxDevices) {
+    uint64_t mine = session;
+    h->guest_session.compare_exchange_strong(mine, 0);
+    if (error) *error = "worker on " + path + " reports " + std::to_string(devices) + " devices (1 to " +
+                        std::to_string(kMaxDevices) + " expected): is it an ordo-worker of the same version?";
+    return nullptr;
+  }
   return std::unique_ptr<Client>(new Client(std::move(region), options, session));
 }
 
@@ -448,7 +472,7 @@ Status Client::peek_last_error() {
   return t.last_error;
 }
 
-uint32_t Client::ring_of_stream(Stream s) const {
+uint32_t Client::ring_of_stream(Stream s) {
   Bound b;
   return bind(s, &b) ? b.r : kNoRing;
 }
@@ -520,14 +544,21 @@ Status Client::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) {
   }
 }
 
-bool Client::bind(Stream s, Bound* out) const {
-  if (s.id >= kMaxStreams) return false;
-  StreamState& st = streams_[s.id];
-  if (!st.open.load(std::memory_order_acquire) || st.generation.load(std::memory_order_relaxed) != s.generation)
+bool Client::bind(Stream s, Bound* out) {
+  uint32_t id = s.id;
+  if (id == kLegacyStreamId) {
+    id = thread().device;  // as stream 0 in CUDA: the current device's legacy stream (set_device opened it)
+  } else if (id < kMaxDevices || id >= kMaxStreams) {
+    return false;  // another device's legacy stream is never named by its id
+  }
+  StreamState& st = streams_[id];
+  if (!st.open.load(std::memory_order_acquire) ||
+      (id >= kMaxDevices && st.generation.load(std::memory_order_relaxed) != s.generation))
     return false;
   out->st = &st;
   out->r = st.ring.load(std::memory_order_relaxed);
   out->g = rings_[out->r].get();
+  out->id = id;
   return true;
 }
 
@@ -553,24 +584,31 @@ void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
   notify_worker();
 }
 
-void Client::legacy_edges(Ring& g, uint32_t r, bool blocking, EdgeList* edges) {
-  if (r == kLegacyRing) {
-    // Legacy stream work follows everything published on blocking streams.
-    for (uint32_t q = 1; q < rings_.size(); ++q) {
+void Client::legacy_edges(Ring& g, uint32_t r, uint32_t stream, EdgeList* edges) {
+  const StreamState& st = streams_[stream];
+  const uint32_t d = st.device.load(std::memory_order_relaxed);
+  if (stream < kMaxDevices) {
+    // Legacy stream work follows everything published on its device's
+    // blocking streams (on its own ring, ring order does that).
+    std::vector<uint64_t>& covered = legacy_covered_[d];  // under this ring's mu, as every push on the stream
+    for (uint32_t q = 0; q < rings_.size(); ++q) {
+      if (q == r) continue;
       Ring& o = *rings_[q];
-      const uint64_t p = o.blocking_live.load(std::memory_order_acquire) ? o.published.load(std::memory_order_acquire)
-                                                                          : o.blocking_end.load(std::memory_order_acquire);
-      if (p > g.covered[q]) {
+      const uint64_t p = o.blocking[d].live.load(std::memory_order_acquire) ? o.published.load(std::memory_order_acquire)
+                                                                             : o.blocking[d].end.load(std::memory_order_acquire);
+      if (p > covered[q]) {
         edges->push_back({q, 0, p});
-        g.covered[q] = p;
+        covered[q] = p;
       }
     }
-  } else if (blocking) {
-    // Blocking stream work follows everything published on the legacy stream.
-    const uint64_t p = rings_[kLegacyRing]->published.load(std::memory_order_acquire);
-    if (p > g.legacy_seen) {
-      edges->push_back({kLegacyRing, 0, p});
-      g.legacy_seen = p;
+  } else if (st.blocking.load(std::memory_order_relaxed)) {
+    // Blocking stream work follows everything published on its device's legacy stream.
+    const uint32_t lr = legacy_ring_[d].load(std::memory_order_acquire);
+    if (lr == kNoRing || lr == r) return;
+    const uint64_t p = rings_[lr]->published.load(std::memory_order_acquire);
+    if (p > g.legacy_seen[d]) {
+      edges->push_back({lr, 0, p});
+      g.legacy_seen[d] = p;
     }
   }
 }
@@ -599,7 +637,7 @@ uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t strea
   std::unique_lock<std::mutex> ev_lock;
   if (ev) ev_lock = std::unique_lock(ev->mu);
   if (opt_.ordered && order != Order::None) {
-    legacy_edges(g, r, streams_[stream].blocking.load(std::memory_order_relaxed), &edges);
+    legacy_edges(g, r, stream, &edges);
     if (ev && order == Order::EventRead && ev->recorded) edges.push_back(ev->record);
     if (ev && order == Order::EventWrite) uses_of_event(*ev, r, &edges);
   }
@@ -691,10 +729,103 @@ Status Client::stream_op(Stream s, Entry e, EventState* ev) {
   ThreadState& t = thread();
   Bound b;
   if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
+  // CUDA records an event only on a stream of the event's device.
+  if (ev && static_cast<Op>(e.op) == Op::EventRecord && b.st->device.load(std::memory_order_relaxed) != ev->device)
+    return finish(t, Status::kInvalidResourceHandle);
   std::lock_guard lock(b.g->mu);
-  push_locked(t, *b.g, b.r, s.id, e, ev);
+  push_locked(t, *b.g, b.r, b.id, e, ev);
   return finish_async(t);
 }
+
+// ---- devices ---------------------------------------------------------------
+
+uint32_t Client::choose_ring_locked() const {
+  // The ring with the fewest streams: its own ring while streams are fewer
+  // than rings, shared ones after that (ARCHITECTURE.md, "Streams and rings").
+  uint32_t r = 0;
+  for (uint32_t q = 1; q < rings_.size(); ++q)
+    if (!r || rings_[q]->live < rings_[r]->live) r = q;
+  return r;
+}
+
+Status Client::open_legacy(ThreadState& t, uint32_t d) {
+  uint32_t r;
+  {
+    std::lock_guard lock(rings_mu_);
+    if (legacy_ring_[d].load(std::memory_order_relaxed) != kNoRing) return Status::kSuccess;
+    r = choose_ring_locked();
+    Ring& g = *rings_[r];
+    ++g.live;
+    g.on[d].live.fetch_add(1, std::memory_order_release);
+    legacy_covered_[d].assign(rings_.size(), 0);
+    StreamState& st = streams_[d];
+    st.ring.store(r, std::memory_order_relaxed);
+    st.device.store(d, std::memory_order_relaxed);
+    st.open.store(true, std::memory_order_release);
+    // Published while rings_mu_ is held, so nobody binds the stream before the
+    // create below is on its ring: the ring lock is taken in order after it.
+    std::lock_guard rl(g.mu);
+    legacy_ring_[d].store(r, std::memory_order_release);
+    region_->header()->ring_open[r / 64].fetch_or(uint64_t{1} << (r % 64), std::memory_order_release);
+    Entry e{};
+    e.op = uint16_t(Op::StreamCreate);
+    e.arg[0] = kStreamLegacy;
+    e.arg[2] = d;
+    push_locked(t, g, r, d, e, nullptr);
+  }
+  return Status::kSuccess;
+}
+
+Status Client::set_device(uint32_t device) {
+  ThreadState& t = thread();
+  if (device >= device_count_) return finish_own(t, Status::kInvalidDevice);
+  if (device == t.device) return Status::kSuccess;
+  if (Status s = open_legacy(t, device); !ok(s)) return finish_own(t, s);
+  t.device = device;
+  return finish_own(t, Status::kSuccess);
+}
+
+uint32_t Client::current_device() { return thread().device; }
+
+bool Client::device_of(Stream s, uint32_t* device) {
+  Bound b;
+  if (!bind(s, &b)) return false;
+  *device = b.st->device.load(std::memory_order_relaxed);
+  return true;
+}
+
+Status Client::can_access_peer(int* can, uint32_t device, uint32_t peer) {
+  ThreadState& t = thread();
+  if (!can) return finish_own(t, Status::kInvalidValue);
+  if (device >= device_count_ || peer >= device_count_) return finish_own(t, Status::kInvalidDevice);
+  if (device == peer) {  // as CUDA: a device is not its own peer
+    *can = 0;
+    return finish_own(t, Status::kSuccess);
+  }
+  Entry e{};
+  e.op = uint16_t(Op::PeerAccess);
+  e.arg[0] = device;
+  e.arg[1] = peer;
+  e.arg[2] = uint64_t(PeerCmd::kQuery);
+  uint64_t r0 = 0;
+  const Status s = call(e, &r0);
+  if (ok(s)) *can = r0 ? 1 : 0;
+  return finish_own(t, s);
+}
+
+Status Client::peer_access(uint32_t peer, PeerCmd cmd) {
+  ThreadState& t = thread();
+  if (peer >= device_count_ || peer == t.device) return finish(t, Status::kInvalidDevice);
+  Entry e{};
+  e.op = uint16_t(Op::PeerAccess);
+  e.arg[0] = t.device;
+  e.arg[1] = peer;
+  e.arg[2] = uint64_t(cmd);
+  return finish(t, call(e));
+}
+
+Status Client::enable_peer_access(uint32_t peer) { return peer_access(peer, PeerCmd::kEnable); }
+Status Client::disable_peer_access(uint32_t peer) { return peer_access(peer, PeerCmd::kDisable); }
 
 // ---- streams ---------------------------------------------------------------
 
@@ -704,27 +835,28 @@ Status Client::stream_create(Stream* out, uint64_t flags, int priority) {
   // After a kernel fault the context is dead: CUDA creates nothing and says so.
   if (const Status f = sticky_error(); !ok(f)) return finish_own(t, f);
   const bool blocking = !(flags & kStreamNonBlocking);
+  const uint32_t d = t.device;
   uint32_t id, r = 0, generation;
   Entry e{};
   e.op = uint16_t(Op::StreamCreate);
   e.arg[0] = flags;
   e.arg[1] = uint64_t(int64_t(priority));
+  e.arg[2] = d;
   {
     std::lock_guard lock(rings_mu_);
     if (free_streams_.empty() || rings_.size() < 2) return finish_own(t, Status::kMemoryAllocation);
-    // The ring with the fewest streams: its own ring while streams are fewer
-    // than rings, shared ones after that (ARCHITECTURE.md, "Streams and rings").
-    for (uint32_t q = 1; q < rings_.size(); ++q)
-      if (!r || rings_[q]->live < rings_[r]->live) r = q;
+    r = choose_ring_locked();
     id = free_streams_.front();
     free_streams_.pop_front();
     StreamState& st = streams_[id];
     ++rings_[r]->live;
-    if (blocking) rings_[r]->blocking_live.fetch_add(1, std::memory_order_release);
+    rings_[r]->on[d].live.fetch_add(1, std::memory_order_release);
+    if (blocking) rings_[r]->blocking[d].live.fetch_add(1, std::memory_order_release);
     // The worker knows a stream id only once the StreamDestroy of its previous
     // stream (maybe on another ring) has been dispatched.
     if (st.destroyed.pos && st.destroyed.ring != r) e.edges[e.edge_count++] = st.destroyed;
     st.ring.store(r, std::memory_order_relaxed);
+    st.device.store(d, std::memory_order_relaxed);
     st.blocking.store(blocking, std::memory_order_relaxed);
     generation = st.generation.fetch_add(1, std::memory_order_relaxed) + 1;
     st.open.store(true, std::memory_order_release);
@@ -752,9 +884,12 @@ Status Client::release_stream(ThreadState& t, Stream s) {
   // CUDA defers the destroy: the stream's work still runs. The fence lets the
   // ring's later fences (device-wide waits) cover that work once the stream is gone.
   if (g.fence_end != g.tail) push_fence_locked(t, g, r);
+  const uint32_t d = st.device.load(std::memory_order_relaxed);
+  g.on[d].end.store(g.fence_end, std::memory_order_release);
+  g.on[d].live.fetch_sub(1, std::memory_order_release);
   if (st.blocking.load(std::memory_order_relaxed)) {
-    g.blocking_end.store(g.fence_end, std::memory_order_release);
-    g.blocking_live.fetch_sub(1, std::memory_order_release);
+    g.blocking[d].end.store(g.fence_end, std::memory_order_release);
+    g.blocking[d].live.fetch_sub(1, std::memory_order_release);
   }
   Entry e{};
   e.op = uint16_t(Op::StreamDestroy);
@@ -769,20 +904,23 @@ Status Client::release_stream(ThreadState& t, Stream s) {
 Status Client::stream_destroy(Stream s) {
   ThreadState& t = thread();
   Bound b;
-  if (s.id == kLegacyStreamId || !bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
-  if (t.has_per_thread && t.per_thread.id == s.id && t.per_thread.generation == s.generation)
-    t.has_per_thread = false;  // destroyed by hand: the thread's exit has nothing left to release
+  if (!bind(s, &b) || b.id < kMaxDevices) return finish(t, Status::kInvalidResourceHandle);
+  for (Stream& p : t.per_thread)
+    if (p.id == s.id && p.generation == s.generation)
+      p = Stream{kNoStream, 0};  // destroyed by hand: the thread's exit has nothing left to release
   return finish(t, release_stream(t, s));
 }
 
 Stream Client::per_thread_stream() {
   ThreadState& t = thread();
-  if (!t.has_per_thread) {
-    if (ok(stream_create(&t.per_thread, 0, 0))) t.has_per_thread = true;
+  Stream& p = t.per_thread[t.device];
+  if (p.id == kNoStream) {
+    Stream s;
+    if (ok(stream_create(&s, 0, 0))) p = s;
   }
   // No stream: an invalid handle, never a silent switch to the legacy stream
   // (that would change what the program's calls synchronize with).
-  return t.has_per_thread ? t.per_thread : Stream{kNoStream, 0};
+  return p;
 }
 
 Status Client::stream_synchronize(Stream s) {
@@ -799,14 +937,14 @@ Status Client::stream_synchronize(Stream s) {
     // alone, once everything it published so far was dispatched.
     Entry req{};
     req.op = uint16_t(Op::StreamSynchronize);
-    req.arg[0] = s.id;
+    req.arg[0] = b.id;
     const uint64_t end = b.g->published.load(std::memory_order_acquire);
     if (end) req.edges[req.edge_count++] = {b.r, 0, end};
     return finish(t, call(req));
   }
   std::vector<std::pair<uint32_t, uint64_t>> targets;
   fence_target(t, b.r, &targets);
-  if (opt_.ordered && s.id == kLegacyStreamId) legacy_targets(t, &targets);
+  if (opt_.ordered && b.id < kMaxDevices) legacy_targets(t, b.id, &targets);
   return wait_targets(t, targets);
 }
 
@@ -814,18 +952,18 @@ Status Client::stream_synchronize(Stream s) {
 // work issued before it too, as a launch there would: measured on an H200
 // (driver 580), cudaStreamSynchronize(0) waited for blocking-stream work issued
 // after the legacy stream's last work, and cudaStreamQuery(0) said not ready.
-void Client::legacy_targets(ThreadState& t, std::vector<std::pair<uint32_t, uint64_t>>* targets) {
-  for (uint32_t r = 1; r < rings_.size(); ++r) fence_blocking(t, r, targets);
+void Client::legacy_targets(ThreadState& t, uint32_t device, std::vector<std::pair<uint32_t, uint64_t>>* targets) {
+  for (uint32_t r = 0; r < rings_.size(); ++r) presence_target(t, r, device, true, targets);
 }
 
 Status Client::stream_query(Stream s) {
   ThreadState& t = thread();
   Bound b;
   if (!bind(s, &b)) return finish(t, Status::kInvalidResourceHandle);
-  if (opt_.ordered && s.id == kLegacyStreamId) {
+  if (opt_.ordered && b.id < kMaxDevices) {
     std::vector<std::pair<uint32_t, uint64_t>> targets;
     fence_target(t, b.r, &targets);
-    legacy_targets(t, &targets);
+    legacy_targets(t, b.id, &targets);
     for (auto [r, pos] : targets)
       if (region_->ring(r).completed.load(std::memory_order_acquire) < pos) return finish(t, Status::kNotReady);
     return finish(t, Status::kSuccess);
@@ -852,6 +990,7 @@ Status Client::event_create(Event* out, uint32_t flags) {
   Entry e{};
   e.op = uint16_t(Op::EventCreate);
   e.arg[0] = flags;
+  e.arg[1] = t.device;
   uint64_t h = 0;
   Status s = call(e, &h);
   if (!ok(s)) return finish_own(t, s);
@@ -865,6 +1004,7 @@ Status Client::event_create(Event* out, uint32_t flags) {
   }
   std::lock_guard el(ev->mu);
   ev->handle = h;
+  ev->device = t.device;
   ev->recorded = false;
   ev->waits.clear();
   out->handle = h;
@@ -984,13 +1124,15 @@ Status Client::malloc(uint64_t* device_addr, uint64_t size) {
   Entry e{};
   e.op = uint16_t(Op::Malloc);
   e.arg[0] = size;
+  e.arg[1] = t.device;
   return finish_own(t, call(e, device_addr));
 }
 
 Status Client::free(uint64_t device_addr) {
   ThreadState& t = thread();
-  // cudaFree synchronizes the device: nothing issued before may still use the memory.
-  if (Status s = device_synchronize(); !ok(s)) return s;
+  // cudaFree synchronizes: nothing issued before, on any device (a peer's
+  // kernels may use the memory), may still use it.
+  if (Status s = synchronize_all(t); !ok(s)) return s;
   Entry e{};
   e.op = uint16_t(Op::Free);
   e.arg[0] = device_addr;
@@ -1040,7 +1182,7 @@ Status Client::memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, St
     e.arg[0] = dst;
     e.arg[1] = uint64_t(static_cast<const std::byte*>(src) - region_->heap());
     e.arg[2] = size;
-    push_locked(t, *g, r, s.id, e, nullptr);
+    push_locked(t, *g, r, b.id, e, nullptr);
     return finish(t, Status::kSuccess);
   }
   // Pageable memory: copied into staging now, so the caller may reuse it on
@@ -1056,7 +1198,7 @@ Status Client::memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, St
     e.arg[0] = dst + done;
     e.arg[1] = off;
     e.arg[2] = n;
-    const uint64_t pos = push_locked(t, *g, r, s.id, e, nullptr);
+    const uint64_t pos = push_locked(t, *g, r, b.id, e, nullptr);
     g->stage_marks.push_back({pos, g->stage_tail});
     if (g->stage_tail - g->fence_stage > w / 4) push_fence_locked(t, *g, r);
     done += n;
@@ -1080,7 +1222,7 @@ Status Client::memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s
     e.arg[0] = uint64_t(static_cast<std::byte*>(dst) - region_->heap());
     e.arg[1] = src;
     e.arg[2] = size;
-    push_locked(t, *g, r, s.id, e, nullptr);
+    push_locked(t, *g, r, b.id, e, nullptr);
     return finish(t, Status::kSuccess);
   }
   // Pageable destination: like CUDA, return only once the data is there.
@@ -1121,7 +1263,7 @@ Status Client::memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s
         e.arg[0] = off;
         e.arg[1] = src + issued;
         e.arg[2] = n;
-        const uint64_t pos = push_locked(t, *g, r, s.id, e, nullptr);
+        const uint64_t pos = push_locked(t, *g, r, b.id, e, nullptr);
         q[(head + count) % 8] = {push_fence_locked(t, *g, r), pos, g->stage_tail, off, issued, n};
         ++count;
         issued += n;
@@ -1141,6 +1283,14 @@ Status Client::memcpy_d2d_async(uint64_t dst, uint64_t src, uint64_t size, Strea
   e.arg[1] = src;
   e.arg[2] = size;
   return stream_op(s, e);
+}
+
+Status Client::memcpy_peer_async(uint64_t dst, uint32_t dst_device, uint64_t src, uint32_t src_device, uint64_t size,
+                                 Stream s) {
+  // With unified addressing a peer copy is a device-to-device copy: the
+  // addresses say which devices; the worker checks they are this session's.
+  if (dst_device >= device_count_ || src_device >= device_count_) return finish(thread(), Status::kInvalidDevice);
+  return memcpy_d2d_async(dst, src, size, s);
 }
 
 Status Client::memset_async(uint64_t dst, uint8_t value, uint64_t size, Stream s) {
@@ -1203,8 +1353,8 @@ Status Client::module_load(const void* image, uint64_t size, uint32_t* module) {
 
 Status Client::module_unload(uint32_t module) {
   ThreadState& t = thread();
-  // Like cudaFree: no work issued before may still use the module's kernels.
-  if (Status s = device_synchronize(); !ok(s)) return s;
+  // Like cudaFree: no work issued before, on any device, may still use the module's kernels.
+  if (Status s = synchronize_all(t); !ok(s)) return s;
   Entry e{};
   e.op = uint16_t(Op::ModuleUnload);
   e.arg[0] = module;
@@ -1219,12 +1369,15 @@ Status Client::module_global(uint32_t module, const std::string& name, uint64_t 
   e.op = uint16_t(Op::ModuleGlobal);
   e.arg[0] = module;
   e.arg[1] = size_hint;
+  e.arg[2] = t.device;
   return finish_own(t, call(e, addr, size, &name));
 }
 
-Status Client::fetch_device_info(DeviceInfo* out) {
+Status Client::fetch_device_info(uint32_t device, DeviceInfo* out) {
+  if (device >= device_count_) return Status::kInvalidDevice;
   Entry e{};
   e.op = uint16_t(Op::DeviceInfo);
+  e.arg[0] = device;
   DeviceInfo info{};
   const Status s = call(e, nullptr, nullptr, nullptr, &info, sizeof info);
   if (ok(s)) {
@@ -1234,19 +1387,21 @@ Status Client::fetch_device_info(DeviceInfo* out) {
   return s;
 }
 
-Status Client::device_attributes(uint32_t first, int32_t* out) {
+Status Client::device_attributes(uint32_t device, uint32_t first, int32_t* out) {
   ThreadState& t = thread();
   if (!out) return finish(t, Status::kInvalidValue);
+  if (device >= device_count_) return finish(t, Status::kInvalidDevice);
   Entry e{};
   e.op = uint16_t(Op::DeviceAttributes);
+  e.arg[0] = device;
   e.arg[1] = first;
   return finish(t, call(e, nullptr, nullptr, nullptr, out, kDeviceAttributesPerCall * sizeof(int32_t)));
 }
 
-Status Client::device_info(DeviceInfo* out) {
+Status Client::device_info(uint32_t device, DeviceInfo* out) {
   ThreadState& t = thread();
   if (!out) return finish(t, Status::kInvalidValue);
-  return finish(t, fetch_device_info(out));
+  return finish(t, fetch_device_info(device, out));
 }
 
 Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
@@ -1266,12 +1421,13 @@ Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, 
   // Every device allows 48 KiB; above that, what this device allows any kernel
   // (a kernel's own opt-in limit is the driver's to check, at dispatch).
   if (shared_mem > 48 * 1024) {
-    uint64_t limit = smem_optin_.load(std::memory_order_relaxed);
+    const uint32_t d = b.st->device.load(std::memory_order_relaxed);
+    uint64_t limit = smem_optin_[d].load(std::memory_order_relaxed);
     if (limit == 0) {
       DeviceInfo info{};
-      if (Status st = fetch_device_info(&info); !ok(st)) return finish(t, st);  // not finish()ed twice
+      if (Status st = fetch_device_info(d, &info); !ok(st)) return finish(t, st);  // not finish()ed twice
       limit = std::max<uint64_t>(info.shared_mem_per_block_optin, 48 * 1024);
-      smem_optin_.store(limit, std::memory_order_relaxed);
+      smem_optin_[d].store(limit, std::memory_order_relaxed);
     }
     if (shared_mem > limit) return finish(t, Status::kInvalidValue);
   }
@@ -1289,7 +1445,7 @@ Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, 
     std::memcpy(region_->staging(r) + off, args, args_size);
   }
   e.arg[4] = off;
-  const uint64_t pos = push_locked(t, *g, r, s.id, e, nullptr);
+  const uint64_t pos = push_locked(t, *g, r, b.id, e, nullptr);
   if (args_size) {
     g->stage_marks.push_back({pos, g->stage_tail});
     if (g->stage_tail - g->fence_stage > region_->layout().staging_per_ring / 4) push_fence_locked(t, *g, r);
@@ -1305,11 +1461,12 @@ void Client::fence_target(ThreadState& t, uint32_t r, std::vector<std::pair<uint
   targets->push_back({r, g.fence_end == g.tail ? g.tail : push_fence_locked(t, g, r)});
 }
 
-void Client::fence_blocking(ThreadState& t, uint32_t r, std::vector<std::pair<uint32_t, uint64_t>>* targets) {
-  Ring& g = *rings_[r];
-  if (g.blocking_live.load(std::memory_order_acquire)) return fence_target(t, r, targets);
-  // Only destroyed blocking streams' work, covered by the fence before the last destroy.
-  const uint64_t end = g.blocking_end.load(std::memory_order_acquire);
+void Client::presence_target(ThreadState& t, uint32_t r, uint32_t device, bool blocking_only,
+                             std::vector<std::pair<uint32_t, uint64_t>>* targets) {
+  const Ring::Presence& p = blocking_only ? rings_[r]->blocking[device] : rings_[r]->on[device];
+  if (p.live.load(std::memory_order_acquire)) return fence_target(t, r, targets);
+  // Only destroyed streams' work, covered by the fence before the last destroy.
+  const uint64_t end = p.end.load(std::memory_order_acquire);
   if (region_->ring(r).completed.load(std::memory_order_acquire) < end) targets->push_back({r, end});
 }
 
@@ -1321,7 +1478,13 @@ Status Client::wait_targets(ThreadState& t, const std::vector<std::pair<uint32_t
 
 Status Client::device_synchronize() {
   ThreadState& t = thread();
-  // Fence every ring with outstanding work first, so they drain in parallel.
+  // Fence every ring with outstanding work of the device first, so they drain in parallel.
+  std::vector<std::pair<uint32_t, uint64_t>> targets;
+  for (uint32_t r = 0; r < rings_.size(); ++r) presence_target(t, r, t.device, false, &targets);
+  return wait_targets(t, targets);
+}
+
+Status Client::synchronize_all(ThreadState& t) {
   std::vector<std::pair<uint32_t, uint64_t>> targets;
   for (uint32_t r = 0; r < rings_.size(); ++r) fence_target(t, r, &targets);
   return wait_targets(t, targets);
@@ -1337,10 +1500,11 @@ Status Client::stream_order_wait(Stream s) {
   // pending work included (from the legacy stream).
   std::vector<std::pair<uint32_t, uint64_t>> targets;
   fence_target(t, b.r, &targets);
-  if (opt_.ordered && s.id == kLegacyStreamId) {
-    legacy_targets(t, &targets);
+  const uint32_t d = b.st->device.load(std::memory_order_relaxed);
+  if (opt_.ordered && b.id < kMaxDevices) {
+    legacy_targets(t, d, &targets);
   } else if (opt_.ordered && b.st->blocking.load(std::memory_order_relaxed)) {
-    fence_target(t, kLegacyRing, &targets);
+    fence_target(t, legacy_ring_[d].load(std::memory_order_acquire), &targets);
   }
   return wait_targets(t, targets);
 }
@@ -1385,7 +1549,7 @@ Status Client::host_func(Stream s, std::function<void()> fn) {
   e.arg[1] = ticket;
   {
     std::lock_guard lock(b.g->mu);
-    push_locked(t, *b.g, b.r, s.id, e, nullptr);
+    push_locked(t, *b.g, b.r, b.id, e, nullptr);
   }
   const Status r = finish_async(t);
   verdict->store(ok(r) ? HostFuncs::kRun : HostFuncs::kSkip, std::memory_order_release);

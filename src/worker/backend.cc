@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <string>
 
 #include "ordo/backend.h"
 #include "ordo/cuda_backend.h"
@@ -7,19 +8,21 @@
 
 namespace ordo {
 
-std::unique_ptr<Backend> make_backend(std::string_view name, std::string* error) {
-  if (name == "null") return std::make_unique<NullBackend>();  // transport cost only: runs nothing
-  if (name == "sim") {
-    sim::register_builtin_kernels();
-    return sim::make_sim_backend();
+std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& options, std::string* error) {
+  if ((name == "null" || name == "sim") && (options.sim_devices == 0 || options.sim_devices > kMaxDevices)) {
+    if (error) *error = "--sim-devices " + std::to_string(options.sim_devices) + ": choose 1 to " + std::to_string(kMaxDevices);
+    return nullptr;
   }
-  if (name == "cuda") return cuda::make_cuda_backend(error);
+  // transport cost only: runs nothing
+  if (name == "null") return std::make_unique<NullBackend>(options.sim_devices);
+  if (name == "sim") return sim::make_sim_backend(options.sim_devices);
+  if (name == "cuda") return cuda::make_cuda_backend(options.cuda_devices, error);
   if (name == "auto") {
     // The GPU when there is one; otherwise the simulator, saying why.
     const cuda::Probe p = cuda::probe();
     if (p.usable()) {
       std::string why;
-      if (auto b = cuda::make_cuda_backend(&why)) {
+      if (auto b = cuda::make_cuda_backend(options.cuda_devices, &why)) {
         std::fprintf(stderr, "ordo-worker: backend auto: %d CUDA device(s), using cuda\n", p.count);
         return b;
       }
@@ -27,7 +30,7 @@ std::unique_ptr<Backend> make_backend(std::string_view name, std::string* error)
     } else {
       std::fprintf(stderr, "ordo-worker: backend auto: %s; using sim\n", p.why_not().c_str());
     }
-    return make_backend("sim", error);
+    return make_backend("sim", options, error);
   }
   if (error) *error = "unknown backend '" + std::string(name) + "' (choose auto, sim, null or cuda)";
   return nullptr;

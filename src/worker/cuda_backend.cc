@@ -1,4 +1,5 @@
-// The cuda backend: runs a guest's work on a real GPU (device 0).
+// The cuda backend: runs a guest's work on real GPUs, one or several host
+// devices that the guest numbers 0..n-1 in the order they were given.
 //
 // Linking: the static CUDA runtime only, so that ordo-worker starts (and falls
 // back to sim) on a machine without a driver or a libcudart.so.13; the driver
@@ -9,19 +10,27 @@
 // slot, module = module slot) that it has already checked against what this
 // guest was given; we map them to CUDA objects and still reject ids we never
 // created. Device addresses are real CUdeviceptr values. Every copy and memset
-// the worker asks for is checked against the allocations made through this
-// backend (an interval map), and host operands against the memory registered
-// with register_host_memory (the shared region). Kernel arguments cannot be
-// checked: a kernel can be handed any device address, as in native CUDA; it can
-// only reach this worker's own context, i.e. this guest's memory.
+// the worker asks for is checked against the allocations and module variables
+// of this backend (interval maps), and host operands against the memory
+// registered with register_host_memory (the shared region). Kernel arguments
+// cannot be checked: a kernel can be handed any device address, as in native
+// CUDA; it can only reach this worker's own contexts, i.e. this guest's memory.
+//
+// Devices: each has its primary context, which every call makes current on
+// the calling thread before it touches the device (bind). Streams, events and
+// allocations remember their device; stream d (< device count) is device d's
+// legacy default stream. A module is loaded into a device's context the first
+// time that device uses it (device 0 at once), so each device has its own
+// copy of the module's variables, while kernel ids are the session's.
 //
 // Threads: the worker calls us from its one dispatch thread, which must never
 // wait for the GPU. Completions (fences, a shared-ring stream synchronize,
-// EventSynchronize) come back from a thread polling events (cuda_completions.h),
-// which also answers after a device error, so a guest waiting on a fence is
-// answered (with the error) instead of hanging. Host functions are stream
-// work (later work waits for them) and run from cudaStreamAddCallback on CUDA's
-// callback thread, which unlike cudaLaunchHostFunc also runs after an error.
+// EventSynchronize) come back from a thread polling events, one per device
+// (cuda_completions.h), which also answers after a device error, so a guest
+// waiting on a fence is answered (with the error) instead of hanging. Host
+// functions are stream work (later work waits for them) and run from
+// cudaStreamAddCallback on CUDA's callback thread, which unlike
+// cudaLaunchHostFunc also runs after an error.
 // The only calls that can wait for device work are cudaFree (a guest frees
 // only after waiting for its work; one that does not stalls only its own
 // worker, and the implicit sync is what keeps queued kernels from using freed
@@ -67,6 +76,10 @@ constexpr uint32_t kEventFlags = cudaEventBlockingSync | cudaEventDisableTiming;
 // ordo::Status uses CUDA's numbers, so the value passes through unchanged.
 Status to_status(cudaError_t e) { return static_cast<Status>(int32_t(e)); }
 Status to_status(CUresult r) { return static_cast<Status>(int32_t(r)); }
+static_assert(int(Status::kPeerAccessUnsupported) == cudaErrorPeerAccessUnsupported &&
+              int(Status::kPeerAccessAlreadyEnabled) == cudaErrorPeerAccessAlreadyEnabled &&
+              int(Status::kPeerAccessNotEnabled) == cudaErrorPeerAccessNotEnabled &&
+              int(Status::kInvalidDevice) == cudaErrorInvalidDevice);
 
 void log(const char* fmt, const char* a = "", const char* b = "") {
   std::fprintf(stderr, "ordo-worker: cuda: ");
@@ -195,38 +208,62 @@ struct Driver {
 
 class CudaBackend final : public Backend {
  public:
-  static std::unique_ptr<Backend> create(int device, std::string* error) {
-    std::unique_ptr<CudaBackend> b(new CudaBackend(device));
+  // `ordinals`: host devices by guest device index, checked by make_cuda_backend.
+  static std::unique_ptr<Backend> create(const std::vector<int>& ordinals, std::string* error) {
+    std::unique_ptr<CudaBackend> b(new CudaBackend(ordinals));
     if (!b->init(error)) return nullptr;
     return b;
   }
 
   ~CudaBackend() override {
-    if (!ctx_) return;  // init() failed before there was anything to release
-    ensure_context();
     // Pending callbacks point at this object; let every queued piece of work end.
-    cudaDeviceSynchronize();
-    completions_.reset();  // answers what it still watches, then stops
+    // A device whose context init() never got has nothing queued.
+    for (uint32_t d = 0; d < device_count(); ++d) {
+      if (!devices_[d].ctx) continue;
+      bind(d);
+      cudaDeviceSynchronize();
+    }
+    for (uint32_t d = 0; d < device_count(); ++d) {
+      if (!devices_[d].completions) continue;
+      bind(d);  // it destroys its device's events here
+      devices_[d].completions.reset();  // answers what it still watches, then stops
+    }
     std::lock_guard lk(mu_);
-    for (uint32_t i = 1; i < kMaxStreams; ++i)
-      if (streams_[i]) cudaStreamDestroy(streams_[i]);
-    for (auto& n : notify_) cudaStreamDestroy(n->stream);
-    for (auto& [id, ev] : events_) cudaEventDestroy(ev);
-    for (auto& [id, mod] : modules_) drv_.module_unload(mod);
-    for (auto& [addr, size] : allocs_) cudaFree(reinterpret_cast<void*>(addr));
+    for (uint32_t i = kMaxDevices; i < kMaxStreams; ++i) {
+      if (!streams_[i].handle) continue;
+      bind(streams_[i].device);
+      cudaStreamDestroy(streams_[i].handle);
+    }
+    for (uint32_t d = 0; d < device_count(); ++d) {
+      for (auto& n : devices_[d].notify) {
+        bind(d);
+        cudaStreamDestroy(n->stream);
+      }
+    }
+    for (auto& [id, ev] : events_) {
+      bind(ev.device);
+      cudaEventDestroy(ev.handle);
+    }
+    for (auto& [id, mod] : modules_) unload_everywhere(mod);
+    for (auto& [addr, a] : allocs_) {
+      bind(a.device);
+      cudaFree(reinterpret_cast<void*>(addr));
+    }
     for (auto& r : host_ranges_)
       if (r.pinned) cudaHostUnregister(reinterpret_cast<void*>(r.base));
   }
 
   std::string_view name() const override { return "cuda"; }
+  uint32_t device_count() const override { return uint32_t(devices_.size()); }
 
   void register_host_memory(void* base, uint64_t size) override {
     if (!base || size == 0) return;
-    ensure_context();
+    bind(0);
     // Pinning lets copies DMA straight from the shared region. Without it they
     // still work, but pageable copies are staged by the driver and a D2H copy
     // into pageable memory holds the dispatch thread until it is done.
-    cudaError_t e = cudaHostRegister(base, size, cudaHostRegisterDefault);
+    // Portable: pinned for every device's context, not only the current one's.
+    cudaError_t e = cudaHostRegister(base, size, cudaHostRegisterPortable);
     if (e != cudaSuccess) {
       cudaGetLastError();  // not sticky: clear it so it is not reported later
       log("cudaHostRegister of the shared region failed (%s): copies will be pageable and slower", cudaGetErrorName(e));
@@ -235,27 +272,28 @@ class CudaBackend final : public Backend {
     host_ranges_.push_back({reinterpret_cast<uintptr_t>(base), size, e == cudaSuccess});
   }
 
-  Status stream_create(uint32_t stream, bool blocking, int priority) override {
-    if (stream == 0 || stream >= kMaxStreams) return Status::kInvalidValue;
-    ensure_context();
+  Status stream_create(uint32_t stream, uint32_t device, bool blocking, int priority) override {
+    // Ids below kMaxDevices name the devices' legacy streams, which exist from the start.
+    if (stream < kMaxDevices || stream >= kMaxStreams) return Status::kInvalidValue;
+    if (device >= device_count()) return Status::kInvalidDevice;
     std::lock_guard lk(mu_);
-    if (streams_[stream]) return Status::kInvalidResourceHandle;
+    if (streams_[stream].handle) return Status::kInvalidResourceHandle;
+    bind(device);
     cudaStream_t s = nullptr;
     // The driver clamps the priority into the device's range, as cudaStreamCreateWithPriority does for a program.
     cudaError_t e = cudaStreamCreateWithPriority(&s, blocking ? cudaStreamDefault : cudaStreamNonBlocking, priority);
     if (e != cudaSuccess) return to_status(e);
-    streams_[stream] = s;
-    last_tag_[stream] = OpTag{};
+    streams_[stream] = {s, device, OpTag{}};
     return Status::kSuccess;
   }
 
   Status stream_destroy(uint32_t stream) override {
-    if (stream == 0 || stream >= kMaxStreams) return Status::kInvalidResourceHandle;
-    ensure_context();
+    if (stream < kMaxDevices || stream >= kMaxStreams) return Status::kInvalidResourceHandle;
     std::lock_guard lk(mu_);
-    cudaStream_t s = std::exchange(streams_[stream], nullptr);
-    if (!s) return Status::kInvalidResourceHandle;
-    return to_status(cudaStreamDestroy(s));  // queued work and callbacks still run
+    StreamEntry& st = streams_[stream];
+    if (!st.handle) return Status::kInvalidResourceHandle;
+    bind(st.device);
+    return to_status(cudaStreamDestroy(std::exchange(st.handle, nullptr)));  // queued work and callbacks still run
   }
 
   Status launch(uint32_t stream, const LaunchParams& p, const OpTag& tag) override {
@@ -263,13 +301,12 @@ class CudaBackend final : public Backend {
         uint64_t{p.block.x} * p.block.y * p.block.z > kMaxBlockThreads)
       return Status::kInvalidConfiguration;
     if (p.args_size != 0 && p.args == nullptr) return Status::kInvalidValue;
-    ensure_context();
     std::lock_guard lk(mu_);
-    cudaStream_t s;
-    if (!find_stream(stream, &s)) return Status::kInvalidResourceHandle;
+    StreamEntry* st = find_stream(stream);
+    if (!st) return Status::kInvalidResourceHandle;
     uint32_t slot = 0;
-    if (!kernel_slots_.find(p.kernel, &slot) || !kernels_[slot].fn) return Status::kInvalidDeviceFunction;
-    const Kernel& k = kernels_[slot];
+    if (!kernel_slots_.find(p.kernel, &slot) || kernels_[slot].fn.empty()) return Status::kInvalidDeviceFunction;
+    Kernel& k = kernels_[slot];
     // The driver reads as many parameter bytes as the kernel declares: a short
     // buffer would make it read past the guest's argument bytes.
     size_t size = p.args_size;
@@ -277,126 +314,142 @@ class CudaBackend final : public Backend {
       if (p.args_size < k.param_bytes) return Status::kInvalidValue;
       size = k.param_bytes;
     }
+    bind(st->device);
+    CUfunction fn = nullptr;
+    if (Status s = function_on(k, st->device, &fn); !ok(s)) return s;
     // The driver copies the parameters before cuLaunchKernel returns, so the
     // staging bytes may be reused as soon as we are back.
     void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::byte*>(p.args), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                      CU_LAUNCH_PARAM_END};
-    CUresult r = drv_.launch_kernel(k.fn, p.grid.x, p.grid.y, p.grid.z, p.block.x, p.block.y, p.block.z, p.shared_mem,
-                                    reinterpret_cast<CUstream>(s), nullptr, size ? extra : nullptr);
+    CUresult r = drv_.launch_kernel(fn, p.grid.x, p.grid.y, p.grid.z, p.block.x, p.block.y, p.block.z, p.shared_mem,
+                                    reinterpret_cast<CUstream>(st->handle), nullptr, size ? extra : nullptr);
     if (r != CUDA_SUCCESS) return to_status(r);
-    last_tag_[stream] = tag;
+    st->last_tag = tag;
     return Status::kSuccess;
   }
 
   Status memcpy(uint32_t stream, MemOperand dst, MemOperand src, uint64_t size, const OpTag& tag) override {
-    ensure_context();
     std::lock_guard lk(mu_);
-    cudaStream_t s;
-    if (!find_stream(stream, &s)) return Status::kInvalidResourceHandle;
+    StreamEntry* st = find_stream(stream);
+    if (!st) return Status::kInvalidResourceHandle;
     if (size == 0) return Status::kSuccess;
-    if (Status st = check_operand(dst, size); !ok(st)) return st;
-    if (Status st = check_operand(src, size); !ok(st)) return st;
-    const cudaMemcpyKind kind = dst.device ? (src.device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-                                           : (src.device ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
-    cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(uintptr_t(dst.addr)),
-                                    reinterpret_cast<const void*>(uintptr_t(src.addr)), size, kind, s);
+    uint32_t dst_dev = 0, src_dev = 0;
+    if (Status s = check_operand(dst, size, &dst_dev); !ok(s)) return s;
+    if (Status s = check_operand(src, size, &src_dev); !ok(s)) return s;
+    bind(st->device);
+    void* to = reinterpret_cast<void*>(uintptr_t(dst.addr));
+    const void* from = reinterpret_cast<const void*>(uintptr_t(src.addr));
+    cudaError_t e;
+    if (dst.device && src.device && dst_dev != src_dev) {
+      // Between two devices: the driver goes over the peer link where there is
+      // one and through the host otherwise, peer access enabled or not.
+      e = cudaMemcpyPeerAsync(to, devices_[dst_dev].ordinal, from, devices_[src_dev].ordinal, size, st->handle);
+    } else {
+      const cudaMemcpyKind kind = dst.device ? (src.device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                             : (src.device ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+      e = cudaMemcpyAsync(to, from, size, kind, st->handle);
+    }
     if (e != cudaSuccess) return to_status(e);
-    last_tag_[stream] = tag;
+    st->last_tag = tag;
     return Status::kSuccess;
   }
 
   Status memset(uint32_t stream, uint64_t dst, uint8_t value, uint64_t size, const OpTag& tag) override {
-    ensure_context();
     std::lock_guard lk(mu_);
-    cudaStream_t s;
-    if (!find_stream(stream, &s)) return Status::kInvalidResourceHandle;
+    StreamEntry* st = find_stream(stream);
+    if (!st) return Status::kInvalidResourceHandle;
     if (size == 0) return Status::kSuccess;
-    if (Status st = check_device(dst, size); !ok(st)) return st;
-    cudaError_t e = cudaMemsetAsync(reinterpret_cast<void*>(uintptr_t(dst)), value, size, s);
+    if (Status s = check_device(dst, size); !ok(s)) return s;
+    bind(st->device);
+    cudaError_t e = cudaMemsetAsync(reinterpret_cast<void*>(uintptr_t(dst)), value, size, st->handle);
     if (e != cudaSuccess) return to_status(e);
-    last_tag_[stream] = tag;
+    st->last_tag = tag;
     return Status::kSuccess;
   }
 
-  Status event_create(uint32_t event, uint32_t flags) override {
+  Status event_create(uint32_t event, uint32_t device, uint32_t flags) override {
     if (event >= kMaxEvents || (flags & ~kEventFlags)) return Status::kInvalidValue;
-    ensure_context();
+    if (device >= device_count()) return Status::kInvalidDevice;
     std::lock_guard lk(mu_);
     if (events_.count(event)) return Status::kInvalidResourceHandle;
+    bind(device);
     cudaEvent_t ev = nullptr;
     if (cudaError_t e = cudaEventCreateWithFlags(&ev, flags); e != cudaSuccess) return to_status(e);
-    events_.emplace(event, ev);
+    events_.emplace(event, EventEntry{ev, device});
     return Status::kSuccess;
   }
 
   Status event_destroy(uint32_t event) override {
-    ensure_context();
     std::lock_guard lk(mu_);
     auto it = events_.find(event);
     if (it == events_.end()) return Status::kInvalidResourceHandle;
-    cudaEvent_t ev = it->second;
+    const EventEntry ev = it->second;
     events_.erase(it);
-    return to_status(cudaEventDestroy(ev));  // streams already waiting on it keep their wait
+    bind(ev.device);
+    return to_status(cudaEventDestroy(ev.handle));  // streams already waiting on it keep their wait
   }
 
   Status event_record(uint32_t stream, uint32_t event) override {
-    ensure_context();
     std::lock_guard lk(mu_);
-    cudaStream_t s;
-    cudaEvent_t ev;
-    if (!find_stream(stream, &s) || !find_event(event, &ev)) return Status::kInvalidResourceHandle;
-    return to_status(cudaEventRecord(ev, s));
+    const StreamEntry* st = find_stream(stream);
+    const EventEntry* ev = find_event(event);
+    // CUDA records an event only on a stream of the event's device.
+    if (!st || !ev || ev->device != st->device) return Status::kInvalidResourceHandle;
+    bind(st->device);
+    return to_status(cudaEventRecord(ev->handle, st->handle));
   }
 
   Status stream_wait_event(uint32_t stream, uint32_t event) override {
-    ensure_context();
     std::lock_guard lk(mu_);
-    cudaStream_t s;
-    cudaEvent_t ev;
-    if (!find_stream(stream, &s) || !find_event(event, &ev)) return Status::kInvalidResourceHandle;
-    return to_status(cudaStreamWaitEvent(s, ev, 0));
+    const StreamEntry* st = find_stream(stream);
+    const EventEntry* ev = find_event(event);
+    if (!st || !ev) return Status::kInvalidResourceHandle;
+    bind(st->device);
+    return to_status(cudaStreamWaitEvent(st->handle, ev->handle, 0));  // the event may be another device's
   }
 
   Status event_query(uint32_t event) override {
-    ensure_context();
     std::lock_guard lk(mu_);
-    cudaEvent_t ev;
-    if (!find_event(event, &ev)) return Status::kInvalidResourceHandle;
-    return to_status(cudaEventQuery(ev));  // cudaErrorNotReady is 600, Status::kNotReady
+    const EventEntry* ev = find_event(event);
+    if (!ev) return Status::kInvalidResourceHandle;
+    bind(ev->device);
+    return to_status(cudaEventQuery(ev->handle));  // cudaErrorNotReady is 600, Status::kNotReady
   }
 
   Status event_elapsed(uint32_t start, uint32_t end, float* ms) override {
     if (!ms) return Status::kInvalidValue;
-    ensure_context();
     std::lock_guard lk(mu_);
-    cudaEvent_t a, b;
-    if (!find_event(start, &a) || !find_event(end, &b)) return Status::kInvalidResourceHandle;
-    return to_status(cudaEventElapsedTime(ms, a, b));
+    const EventEntry* a = find_event(start);
+    const EventEntry* b = find_event(end);
+    if (!a || !b) return Status::kInvalidResourceHandle;
+    bind(a->device);
+    return to_status(cudaEventElapsedTime(ms, a->handle, b->handle));  // CUDA refuses two devices' events
   }
 
   void event_notify(uint32_t event, std::function<void()> fn) override {
-    ensure_context();
     std::unique_lock lk(mu_);
-    cudaEvent_t ev;
-    if (!find_event(event, &ev)) {
+    const EventEntry* ev = find_event(event);
+    if (!ev) {
       lk.unlock();
       return run_guarded(fn);  // nothing to wait for
     }
-    // A private stream waits for the event's current capture (a later re-record
-    // does not move it), then answers from a callback. Each pending wait gets an
-    // idle stream of its own where possible, so a quick event is not answered
-    // behind a slow one.
-    NotifyStream* n = pick_notify_stream();
+    // A private stream of the event's device waits for the event's current
+    // capture (a later re-record does not move it), then answers from a
+    // callback. Each pending wait gets an idle stream of its own where possible,
+    // so a quick event is not answered behind a slow one.
+    const uint32_t d = ev->device;
+    bind(d);
+    NotifyStream* n = pick_notify_stream(d);
     if (!n) {
       lk.unlock();
       return run_guarded(fn);
     }
-    if (cudaError_t e = cudaStreamWaitEvent(n->stream, ev, 0); e != cudaSuccess) {
+    if (cudaError_t e = cudaStreamWaitEvent(n->stream, ev->handle, 0); e != cudaSuccess) {
       lk.unlock();
       log("cudaStreamWaitEvent for an event wait failed (%s)", cudaGetErrorName(e));
       return run_guarded(fn);
     }
-    enqueue_completion(n->stream, std::move(fn), nullptr, &n->pending, lk);
+    enqueue_completion(d, n->stream, std::move(fn), nullptr, &n->pending, lk);
   }
 
   // A host callback is stream work (later work waits for fn); a notification is not.
@@ -409,41 +462,43 @@ class CudaBackend final : public Backend {
   // it is reported to whoever issued the stream's last work: usually the thread
   // now synchronizing on it.
   void after_stream(uint32_t stream, std::function<void()> fn, bool as_work) {
-    ensure_context();
     std::unique_lock lk(mu_);
-    cudaStream_t s;
-    if (!find_stream(stream, &s)) {
+    const StreamEntry* st = find_stream(stream);
+    if (!st) {
       lk.unlock();
       return run_guarded(fn);  // unknown stream: nothing to wait for
     }
-    const OpTag tag = last_tag_[stream];
+    bind(st->device);
+    const OpTag tag = st->last_tag;
     if (as_work)
-      enqueue_callback(s, std::move(fn), &tag, nullptr, lk);
+      enqueue_callback(st->handle, std::move(fn), &tag, nullptr, lk);
     else
-      enqueue_completion(s, std::move(fn), &tag, nullptr, lk);
+      enqueue_completion(st->device, st->handle, std::move(fn), &tag, nullptr, lk);
   }
 
-  Status malloc(uint64_t size, uint64_t* device_addr) override {
+  Status malloc(uint32_t device, uint64_t size, uint64_t* device_addr) override {
     if (!device_addr || size == 0) return Status::kInvalidValue;
-    ensure_context();
+    if (device >= device_count()) return Status::kInvalidDevice;
+    bind(device);
     void* p = nullptr;
     if (cudaError_t e = cudaMalloc(&p, size); e != cudaSuccess) {
       cudaGetLastError();  // out of memory is not sticky
       return to_status(e);
     }
     std::lock_guard lk(mu_);
-    allocs_.emplace(reinterpret_cast<uintptr_t>(p), size);
+    allocs_.emplace(reinterpret_cast<uintptr_t>(p), Alloc{size, device});
     *device_addr = reinterpret_cast<uintptr_t>(p);
     return Status::kSuccess;
   }
 
   Status free(uint64_t device_addr) override {
     if (device_addr == 0) return Status::kSuccess;  // like cudaFree(nullptr)
-    ensure_context();
     std::lock_guard lk(mu_);
     auto it = allocs_.find(device_addr);
     if (it == allocs_.end()) return Status::kInvalidDevicePointer;  // only what malloc returned, and only once
+    const uint32_t d = it->second.device;
     allocs_.erase(it);
+    bind(d);
     return to_status(cudaFree(reinterpret_cast<void*>(uintptr_t(device_addr))));
   }
 
@@ -454,23 +509,18 @@ class CudaBackend final : public Backend {
       log("rejected module image: %s", why.c_str());
       return to_status(CUDA_ERROR_INVALID_IMAGE);  // what the driver answers for an image it cannot parse
     }
-    ensure_context();
     std::lock_guard lk(mu_);
     if (modules_.count(module)) return Status::kInvalidResourceHandle;
     if (modules_.size() > kMaxModules) return Status::kMemoryAllocation;  // ids are the worker's; the count is ours
-    CUmodule mod = nullptr;
-    if (Status st = load_module(image, &mod); !ok(st)) return st;
-    modules_.emplace(module, mod);
-    return Status::kSuccess;
+    return add_module(module, image);
   }
 
   Status module_unload(uint32_t module) override {
     if (module == 0) return Status::kInvalidResourceHandle;  // the built-in kernels stay
-    ensure_context();
     std::lock_guard lk(mu_);
     auto it = modules_.find(module);
     if (it == modules_.end()) return Status::kInvalidResourceHandle;
-    CUmodule mod = it->second;
+    Module mod = std::move(it->second);
     modules_.erase(it);
     // Its kernels' slots are free for reuse; their old ids stop launching (KernelIds).
     auto first = kernel_ids_.lower_bound({module, std::string()}), last = first;
@@ -480,20 +530,25 @@ class CudaBackend final : public Backend {
       kernel_slots_.release(last->second);
     }
     kernel_ids_.erase(first, last);
-    return to_status(drv_.module_unload(mod));
+    std::erase_if(globals_, [module](const auto& g) { return g.second.module == module; });
+    return unload_everywhere(mod);
   }
 
-  Status module_global(uint32_t module, std::string_view name, uint64_t, uint64_t* addr, uint64_t* size) override {
+  Status module_global(uint32_t module, uint32_t device, std::string_view name, uint64_t, uint64_t* addr,
+                       uint64_t* size) override {
     if (name.empty() || name.find('\0') != std::string_view::npos) return Status::kInvalidValue;
-    ensure_context();
+    if (device >= device_count()) return Status::kInvalidDevice;
     std::lock_guard lk(mu_);
-    auto mit = modules_.find(module);
-    if (mit == modules_.end()) return Status::kInvalidResourceHandle;
+    bind(device);
+    CUmodule mod = nullptr;
+    if (Status st = module_on(module, device, &mod); !ok(st)) return st;
     CUdeviceptr p = 0;
     size_t n = 0;
-    const CUresult r = drv_.module_get_global(&p, &n, mit->second, std::string(name).c_str());
+    const CUresult r = drv_.module_get_global(&p, &n, mod, std::string(name).c_str());
     if (r == CUDA_ERROR_NOT_FOUND) return Status::kInvalidDeviceFunction;
     if (r != CUDA_SUCCESS) return Status::kInvalidValue;
+    // Copies and memsets may target the variable, as they may an allocation.
+    if (n) globals_[p] = Global{n, device, module};
     *addr = p;
     *size = n;
     return Status::kSuccess;
@@ -501,7 +556,6 @@ class CudaBackend final : public Backend {
 
   Status kernel_lookup(uint32_t module, std::string_view name, uint32_t* kernel) override {
     if (!kernel || name.empty() || name.find('\0') != std::string_view::npos) return Status::kInvalidValue;
-    ensure_context();
     std::lock_guard lk(mu_);
     auto mit = modules_.find(module);
     if (mit == modules_.end()) return module == 0 ? Status::kInvalidDeviceFunction : Status::kInvalidResourceHandle;
@@ -511,11 +565,18 @@ class CudaBackend final : public Backend {
       return Status::kSuccess;
     }
     if (kernel_slots_.full()) return Status::kMemoryAllocation;
+    // Looked up in device 0's copy, which every module has (add_module); other
+    // devices find the function the first time it runs there (function_on).
+    bind(0);
     CUfunction fn = nullptr;
-    CUresult r = drv_.module_get_function(&fn, mit->second, key.second.c_str());
+    CUresult r = drv_.module_get_function(&fn, mit->second.on[0], key.second.c_str());
     if (r == CUDA_ERROR_NOT_FOUND) return Status::kInvalidDeviceFunction;
     if (r != CUDA_SUCCESS) return to_status(r);
-    Kernel k{fn, 0, false};
+    Kernel k;
+    k.module = module;
+    k.name = key.second;
+    k.fn.assign(device_count(), nullptr);
+    k.fn[0] = fn;
     if (drv_.func_get_param_info) {
       // The parameter buffer's size: the end of the last parameter.
       size_t i = 0, off = 0, sz = 0;
@@ -527,29 +588,74 @@ class CudaBackend final : public Backend {
     kernel_slots_.acquire(&id);  // not full(): checked above
     kernel_slots_.find(id, &slot);
     if (slot >= kernels_.size()) kernels_.resize(slot + 1);
-    kernels_[slot] = k;
+    kernels_[slot] = std::move(k);
     kernel_ids_.emplace(std::move(key), id);
     *kernel = id;
     return Status::kSuccess;
   }
 
-  Status device_info(DeviceInfo* out) override {
+  Status device_info(uint32_t device, DeviceInfo* out) override {
     if (!out) return Status::kInvalidValue;
-    *out = info_;
+    if (device >= device_count()) return Status::kInvalidDevice;
+    *out = devices_[device].info;
     return Status::kSuccess;
   }
 
-  Status device_attributes(uint32_t first, int32_t* out) override {
+  Status device_attributes(uint32_t device, uint32_t first, int32_t* out) override {
     if (first % kDeviceAttributesPerCall || first >= kDeviceAttributeCount) return Status::kInvalidValue;
-    std::memcpy(out, attrs_ + first, kDeviceAttributesPerCall * sizeof(int32_t));
+    if (device >= device_count()) return Status::kInvalidDevice;
+    std::memcpy(out, devices_[device].attrs + first, kDeviceAttributesPerCall * sizeof(int32_t));
     return Status::kSuccess;
+  }
+
+  bool can_access_peer(uint32_t device, uint32_t peer) override {
+    if (device >= device_count() || peer >= device_count() || device == peer) return false;
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, devices_[device].ordinal, devices_[peer].ordinal) != cudaSuccess) {
+      cudaGetLastError();  // not sticky
+      return false;
+    }
+    return can != 0;
+  }
+
+  Status set_peer_access(uint32_t device, uint32_t peer, bool enable) override {
+    if (device >= device_count() || peer >= device_count() || device == peer) return Status::kInvalidDevice;
+    bind(device);  // CUDA enables access from the current device
+    const int to = devices_[peer].ordinal;
+    const cudaError_t e = enable ? cudaDeviceEnablePeerAccess(to, 0) : cudaDeviceDisablePeerAccess(to);
+    if (e != cudaSuccess) cudaGetLastError();  // already enabled, not enabled, unsupported: none is sticky
+    return to_status(e);
   }
 
  private:
+  struct StreamEntry {
+    cudaStream_t handle = nullptr;  // null: no such stream
+    uint32_t device = 0;
+    OpTag last_tag;  // who issued its latest work, told about errors found when waiting for it
+  };
+  struct EventEntry {
+    cudaEvent_t handle;
+    uint32_t device;
+  };
+  struct Module {
+    std::vector<CUmodule> on;     // by device; null until loaded there
+    std::vector<uint64_t> image;  // padded(), for devices still to load it; empty with one device
+  };
   struct Kernel {
-    CUfunction fn = nullptr;  // null while the slot is free
+    uint32_t module = 0;
+    std::string name;
+    std::vector<CUfunction> fn;  // by device, null until first launched there; empty while the slot is free
     size_t param_bytes = 0;
     bool param_bytes_known = false;
+  };
+  struct Alloc {
+    uint64_t size;
+    uint32_t device;
+  };
+  struct Global {  // a module variable copies may target (module_global)
+    uint64_t size;
+    uint32_t device;
+    uint32_t module;
   };
   struct HostRange {
     uintptr_t base;
@@ -559,6 +665,14 @@ class CudaBackend final : public Backend {
   struct NotifyStream {
     cudaStream_t stream = nullptr;
     std::atomic<uint32_t> pending{0};  // callbacks not yet run
+  };
+  struct Device {
+    int ordinal = -1;          // the host's CUDA ordinal
+    CUcontext ctx = nullptr;   // its primary context; null until init() got it
+    DeviceInfo info{};
+    int32_t attrs[kDeviceAttributeCount] = {};
+    std::deque<std::unique_ptr<NotifyStream>> notify;  // guarded by mu_
+    std::unique_ptr<Completions> completions;          // set by init()
   };
   // fn waiting for a stream, by callback or by Completions.
   struct Callback {
@@ -578,52 +692,60 @@ class CudaBackend final : public Backend {
     }
   };
 
-  explicit CudaBackend(int device) : device_(device) {}
+  explicit CudaBackend(const std::vector<int>& ordinals) : devices_(ordinals.size()) {
+    for (size_t i = 0; i < ordinals.size(); ++i) devices_[i].ordinal = ordinals[i];
+  }
 
   bool init(std::string* error) {
-    auto fail = [&](const char* what, cudaError_t e) {
+    auto fail = [&](const std::string& what, cudaError_t e) {
       if (error)
-        *error = std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + std::to_string(int(e)) + ", " +
+        *error = what + " failed: " + cudaGetErrorName(e) + " (" + std::to_string(int(e)) + ", " +
                  cudaGetErrorString(e) + "); check the driver with nvidia-smi, or use --backend sim";
       return false;
     };
-    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) return fail("cudaSetDevice", e);
-    if (cudaError_t e = cudaFree(nullptr); e != cudaSuccess) return fail("creating the CUDA context", e);
-    if (!drv_.load(error)) return false;
-    if (CUresult r = drv_.ctx_get_current(&ctx_); r != CUDA_SUCCESS || !ctx_) {
-      if (error) *error = "no current CUDA context after initialization (CUresult " + std::to_string(int(r)) + ")";
-      return false;
+    for (Device& d : devices_) {
+      const std::string which = " (device " + std::to_string(d.ordinal) + ")";
+      tls_context() = nullptr;  // cudaSetDevice changes the current context behind bind()'s cache
+      if (cudaError_t e = cudaSetDevice(d.ordinal); e != cudaSuccess) return fail("cudaSetDevice" + which, e);
+      if (cudaError_t e = cudaFree(nullptr); e != cudaSuccess) return fail("creating the CUDA context" + which, e);
+      if (!drv_.ctx_get_current && !drv_.load(error)) return false;
+      if (CUresult r = drv_.ctx_get_current(&d.ctx); r != CUDA_SUCCESS || !d.ctx) {
+        d.ctx = nullptr;
+        if (error)
+          *error = "no current CUDA context after initializing device " + std::to_string(d.ordinal) + " (CUresult " +
+                   std::to_string(int(r)) + ")";
+        return false;
+      }
+      tls_context() = d.ctx;
+      if (!fill_info(d, error)) return false;
     }
-    tls_context() = ctx_;
-    if (!fill_info(error)) return false;
-    completions_ = std::make_unique<Completions>([this] {
-      cudaSetDevice(device_);
-      ensure_context();
-    });
-    streams_[0] = cudaStreamLegacy;  // guest stream 0 is the legacy default stream
+    for (uint32_t i = 0; i < device_count(); ++i) {
+      devices_[i].completions = std::make_unique<Completions>([this, i] { bind(i); });
+      streams_[i] = {cudaStreamLegacy, i, OpTag{}};  // guest stream d is device d's legacy default stream
+    }
     // The simulator's kernels, for programs that launch them by name (module 0).
-    CUmodule mod = nullptr;
-    if (Status st = load_module(builtin_image(), &mod); ok(st)) {
-      modules_.emplace(0, mod);
-    } else {
+    std::lock_guard lk(mu_);
+    if (Status st = add_module(0, builtin_image()); !ok(st)) {
       log("could not load the built-in kernels (status %s): only guest modules can be launched",
           std::to_string(int(st)).c_str());
     }
     return true;
   }
 
-  bool fill_info(std::string* error) {
+  bool fill_info(Device& dev, std::string* error) {
+    const int ordinal = dev.ordinal;
     cudaDeviceProp p{};
-    if (cudaError_t e = cudaGetDeviceProperties(&p, device_); e != cudaSuccess) {
-      if (error) *error = std::string("cudaGetDeviceProperties failed: ") + cudaGetErrorName(e);
+    if (cudaError_t e = cudaGetDeviceProperties(&p, ordinal); e != cudaSuccess) {
+      if (error)
+        *error = "cudaGetDeviceProperties (device " + std::to_string(ordinal) + ") failed: " + cudaGetErrorName(e);
       return false;
     }
     // Every attribute as the driver reports it (cudaDeviceAttr numbers are CUdevice_attribute's);
     // numbers this driver does not know stay 0.
     for (uint32_t a = 1; a < kDeviceAttributeCount; ++a)
-      if (cudaDeviceGetAttribute(&attrs_[a], cudaDeviceAttr(a), device_) != cudaSuccess) attrs_[a] = 0;
+      if (cudaDeviceGetAttribute(&dev.attrs[a], cudaDeviceAttr(a), ordinal) != cudaSuccess) dev.attrs[a] = 0;
     cudaGetLastError();
-    DeviceInfo& d = info_;
+    DeviceInfo& d = dev.info;
     d = DeviceInfo{};
     std::memcpy(d.name, p.name, std::min(sizeof d.name, sizeof p.name));
     d.name[sizeof d.name - 1] = 0;
@@ -673,7 +795,7 @@ class CudaBackend final : public Backend {
     // CUDA 13 dropped these from cudaDeviceProp; the attributes remain.
     auto attr = [&](cudaDeviceAttr a) {
       int v = 0;
-      cudaDeviceGetAttribute(&v, a, device_);
+      cudaDeviceGetAttribute(&v, a, ordinal);
       return int32_t(v);
     };
     d.clock_rate_khz = attr(cudaDevAttrClockRate);
@@ -683,73 +805,142 @@ class CudaBackend final : public Backend {
     return true;
   }
 
-  // Driver API calls need the context current on the calling thread; runtime
-  // calls find it there too. The worker may call from a thread other than the
-  // one that created us.
+  // Driver API calls need a device's context current on the calling thread,
+  // and runtime calls follow it (a primary context is its device's, and
+  // cudaStreamLegacy is the current device's legacy stream). The cache keeps an
+  // unchanged device free; contexts are process-wide, so it serves every backend.
   static CUcontext& tls_context() {
     thread_local CUcontext c = nullptr;
     return c;
   }
-  void ensure_context() {
+  void bind(uint32_t device) {
     CUcontext& c = tls_context();
-    if (c != ctx_ && drv_.ctx_set_current(ctx_) == CUDA_SUCCESS) c = ctx_;
+    const CUcontext want = devices_[device].ctx;
+    if (c != want && drv_.ctx_set_current(want) == CUDA_SUCCESS) c = want;
   }
 
-  // Requires mu_. `image` is copied into an 8-byte aligned buffer with at least
-  // 64 zero bytes past its end: PTX text is then NUL-terminated within memory
-  // we own, and a fixed-size header the driver reads at the very end of a
-  // checked image (a fatbin entry's 64 bytes) cannot take it past our copy.
-  Status load_module(std::span<const std::byte> image, CUmodule* out) {
-    if (image.empty()) return Status::kInvalidValue;
+  // `image` in an 8-byte aligned buffer with at least 64 zero bytes past its
+  // end: PTX text is then NUL-terminated within memory we own, and a
+  // fixed-size header the driver reads at the very end of a checked image (a
+  // fatbin entry's 64 bytes) cannot take it past our copy.
+  static std::vector<uint64_t> padded(std::span<const std::byte> image) {
     std::vector<uint64_t> copy((image.size() + 7) / 8 + 8, 0);
     std::memcpy(copy.data(), image.data(), image.size());
-    CUresult r = drv_.module_load_data(out, copy.data());
-    return r == CUDA_SUCCESS ? Status::kSuccess : to_status(r);
+    return copy;
   }
 
-  // Requires mu_.
-  bool find_stream(uint32_t id, cudaStream_t* s) const {
-    if (id >= kMaxStreams || !streams_[id]) return false;
-    *s = streams_[id];
-    return true;
-  }
-  bool find_event(uint32_t id, cudaEvent_t* ev) const {
-    auto it = events_.find(id);
-    if (it == events_.end()) return false;
-    *ev = it->second;
-    return true;
+  // Requires the device current.
+  Status load_on(const std::vector<uint64_t>& image, CUmodule* out) {
+    if (image.empty()) return Status::kInvalidValue;
+    CUresult r = drv_.module_load_data(out, image.data());
+    if (r == CUDA_SUCCESS) return Status::kSuccess;
+    *out = nullptr;
+    return to_status(r);
   }
 
-  // [addr, addr + size) must lie inside one live allocation. Requires mu_.
-  Status check_device(uint64_t addr, uint64_t size) const {
-    auto it = allocs_.upper_bound(addr);
-    if (it == allocs_.begin()) return Status::kInvalidDevicePointer;
-    --it;
-    const uint64_t off = addr - it->first;
-    if (off >= it->second || size > it->second - off) return Status::kInvalidDevicePointer;
+  // Requires mu_. Loads into device 0 at once, which checks the image and
+  // answers kernel lookups; other devices load it (and get their own copy of
+  // its variables) the first time they use it, as CUDA's lazy loading does.
+  Status add_module(uint32_t id, std::span<const std::byte> image) {
+    if (image.empty()) return Status::kInvalidValue;
+    std::vector<uint64_t> copy = padded(image);
+    Module m;
+    m.on.assign(device_count(), nullptr);
+    bind(0);
+    if (Status st = load_on(copy, &m.on[0]); !ok(st)) return st;
+    if (device_count() > 1) m.image = std::move(copy);
+    modules_.emplace(id, std::move(m));
     return Status::kSuccess;
   }
 
+  // Requires mu_ and `device` current: the module's copy on `device`.
+  Status module_on(uint32_t module, uint32_t device, CUmodule* out) {
+    auto it = modules_.find(module);
+    if (it == modules_.end()) return Status::kInvalidResourceHandle;
+    Module& m = it->second;
+    if (!m.on[device])
+      if (Status st = load_on(m.image, &m.on[device]); !ok(st)) return st;  // e.g. no code for this device (209)
+    *out = m.on[device];
+    return Status::kSuccess;
+  }
+
+  // Requires mu_ and `device` current: kernel k's function on `device`.
+  Status function_on(Kernel& k, uint32_t device, CUfunction* out) {
+    if (!k.fn[device]) {
+      CUmodule mod = nullptr;
+      if (Status st = module_on(k.module, device, &mod); !ok(st)) return st;
+      if (CUresult r = drv_.module_get_function(&k.fn[device], mod, k.name.c_str()); r != CUDA_SUCCESS) {
+        k.fn[device] = nullptr;
+        return to_status(r);
+      }
+    }
+    *out = k.fn[device];
+    return Status::kSuccess;
+  }
+
+  // Every device's copy; the first error, if any.
+  Status unload_everywhere(Module& m) {
+    Status first = Status::kSuccess;
+    for (uint32_t d = 0; d < m.on.size(); ++d) {
+      if (!m.on[d]) continue;
+      bind(d);
+      const Status st = to_status(drv_.module_unload(std::exchange(m.on[d], nullptr)));
+      if (ok(first)) first = st;
+    }
+    return first;
+  }
+
+  // Requires mu_.
+  StreamEntry* find_stream(uint32_t id) {
+    if (id >= kMaxStreams || !streams_[id].handle) return nullptr;
+    return &streams_[id];
+  }
+  const EventEntry* find_event(uint32_t id) const {
+    auto it = events_.find(id);
+    return it == events_.end() ? nullptr : &it->second;
+  }
+
+  // Whether [addr, addr + size) lies inside one entry of `ranges` (address ->
+  // size and device); sets *device to its device.
+  template <class Ranges>
+  static bool inside(const Ranges& ranges, uint64_t addr, uint64_t size, uint32_t* device) {
+    auto it = ranges.upper_bound(addr);
+    if (it == ranges.begin()) return false;
+    --it;
+    const uint64_t off = addr - it->first;
+    if (off >= it->second.size || size > it->second.size - off) return false;
+    if (device) *device = it->second.device;
+    return true;
+  }
+
+  // [addr, addr + size) must lie inside one live allocation or module
+  // variable, of any device; *device (if asked) says which. Requires mu_.
+  Status check_device(uint64_t addr, uint64_t size, uint32_t* device = nullptr) const {
+    if (inside(allocs_, addr, size, device) || inside(globals_, addr, size, device)) return Status::kSuccess;
+    return Status::kInvalidDevicePointer;
+  }
+
   // Host operands must lie inside registered memory (the shared region). Requires mu_.
-  Status check_operand(const MemOperand& m, uint64_t size) const {
-    if (m.device) return check_device(m.addr, size);
+  Status check_operand(const MemOperand& m, uint64_t size, uint32_t* device) const {
+    if (m.device) return check_device(m.addr, size, device);
     for (const HostRange& r : host_ranges_)
       if (m.addr >= r.base && m.addr - r.base < r.size && size <= r.size - (m.addr - r.base)) return Status::kSuccess;
     return Status::kInvalidValue;
   }
 
-  // Requires mu_: an idle private stream, or the least busy one.
-  NotifyStream* pick_notify_stream() {
+  // Requires mu_ and `device` current: an idle private stream of the device, or its least busy one.
+  NotifyStream* pick_notify_stream(uint32_t device) {
+    auto& pool = devices_[device].notify;
     NotifyStream* best = nullptr;
-    for (auto& n : notify_) {
+    for (auto& n : pool) {
       if (n->pending.load(std::memory_order_acquire) == 0) return n.get();
       if (!best || n->pending.load() < best->pending.load()) best = n.get();
     }
-    if (notify_.size() < kMaxNotifyStreams) {
+    if (pool.size() < kMaxNotifyStreams) {
       auto n = std::make_unique<NotifyStream>();
       if (cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) == cudaSuccess) {
-        notify_.push_back(std::move(n));
-        return notify_.back().get();
+        pool.push_back(std::move(n));
+        return pool.back().get();
       }
       cudaGetLastError();
     }
@@ -771,15 +962,16 @@ class CudaBackend final : public Backend {
     cb->finish(e);
   }
 
-  // Runs fn once everything now on `s` is done (Completions). Releases `lk`. A
-  // device error is reported to `tag`'s thread; if CUDA refuses to record the
-  // event (a broken context), fn runs at once so nobody waits forever.
-  void enqueue_completion(cudaStream_t s, std::function<void()> fn, const OpTag* tag,
+  // Runs fn once everything now on `s`, a stream of `device`, is done
+  // (that device's Completions). Releases `lk`. A device error is reported to
+  // `tag`'s thread; if CUDA refuses to record the event (a broken context), fn
+  // runs at once so nobody waits forever.
+  void enqueue_completion(uint32_t device, cudaStream_t s, std::function<void()> fn, const OpTag* tag,
                           std::atomic<uint32_t>* pending, std::unique_lock<std::mutex>& lk) {
     if (pending) pending->fetch_add(1, std::memory_order_acq_rel);
     Completions::Done done = [cb = Callback{this, std::move(fn), tag ? *tag : OpTag{}, tag != nullptr, pending}](
                                  cudaError_t e) mutable { cb.finish(e); };
-    const cudaError_t e = completions_->watch(s, done);
+    const cudaError_t e = devices_[device].completions->watch(s, done);
     lk.unlock();
     if (e != cudaSuccess) done(e);
   }
@@ -798,25 +990,21 @@ class CudaBackend final : public Backend {
     }
   }
 
-  const int device_;
   Driver drv_;
-  CUcontext ctx_ = nullptr;
-  DeviceInfo info_{};
-  int32_t attrs_[kDeviceAttributeCount] = {};
+  std::vector<Device> devices_;  // by guest device index; never resized
 
   std::mutex mu_;
-  std::atomic<bool> lost_{false};  // a kernel fault ended the context (a sticky error)
-  std::vector<cudaStream_t> streams_ = std::vector<cudaStream_t>(kMaxStreams);  // guarded by mu_; by stream id, [0] = cudaStreamLegacy
-  std::vector<OpTag> last_tag_ = std::vector<OpTag>(kMaxStreams);  // guarded by mu_
-  std::unordered_map<uint32_t, cudaEvent_t> events_;     // guarded by mu_
-  std::unordered_map<uint32_t, CUmodule> modules_;       // guarded by mu_; 0 = built-in kernels
+  std::atomic<bool> lost_{false};  // a kernel fault ended a device's context (a sticky error)
+  // Guarded by mu_; by stream id, [d] = device d's legacy stream.
+  std::vector<StreamEntry> streams_ = std::vector<StreamEntry>(kMaxStreams);
+  std::unordered_map<uint32_t, EventEntry> events_;      // guarded by mu_
+  std::unordered_map<uint32_t, Module> modules_;         // guarded by mu_; 0 = built-in kernels
   KernelIds kernel_slots_;                               // guarded by mu_
   std::vector<Kernel> kernels_;                          // guarded by mu_; index = kernel_slots_ slot
   std::map<std::pair<uint32_t, std::string>, uint32_t> kernel_ids_;  // guarded by mu_; (module, name) -> id
-  std::map<uint64_t, uint64_t> allocs_;                  // guarded by mu_; device address -> size
+  std::map<uint64_t, Alloc> allocs_;                     // guarded by mu_; by device address
+  std::map<uint64_t, Global> globals_;                   // guarded by mu_; by device address
   std::vector<HostRange> host_ranges_;                   // guarded by mu_
-  std::deque<std::unique_ptr<NotifyStream>> notify_;     // guarded by mu_
-  std::unique_ptr<Completions> completions_;             // set by init()
 };
 
 // ---------------------------------------------------------------- public API
@@ -841,14 +1029,39 @@ Probe probe() {
   return p;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(std::string* error) {
+std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>& devices, std::string* error) {
   const Probe p = probe();
   if (!p.usable()) {
     if (error) *error = p.why_not() + "; use --backend sim";
     return nullptr;
   }
+  auto refuse = [&](const std::string& why) {
+    if (error) *error = "cuda backend: " + why;
+    return nullptr;
+  };
+  const std::string visible = p.count == 1 ? "1 CUDA device is visible, ordinal 0"
+                                           : std::to_string(p.count) + " CUDA devices are visible, ordinals 0 to " +
+                                                 std::to_string(p.count - 1);
+  std::vector<int> ordinals = devices;
+  if (ordinals.empty()) {
+    if (p.count > int(kMaxDevices))
+      return refuse(visible + ", and a session sees at most " + std::to_string(kMaxDevices) +
+                    ": list the ones to use (--devices) or narrow CUDA_VISIBLE_DEVICES");
+    for (int i = 0; i < p.count; ++i) ordinals.push_back(i);
+  }
+  if (ordinals.size() > kMaxDevices)
+    return refuse(std::to_string(ordinals.size()) + " devices listed, and a session sees at most " +
+                  std::to_string(kMaxDevices) + ": list fewer (--devices)");
+  for (size_t i = 0; i < ordinals.size(); ++i) {
+    const int o = ordinals[i];
+    if (o < 0 || o >= p.count)
+      return refuse("there is no CUDA device " + std::to_string(o) + " (" + visible +
+                    "): list devices that exist (--devices)");
+    if (std::find(ordinals.begin(), ordinals.begin() + i, o) != ordinals.begin() + i)
+      return refuse("CUDA device " + std::to_string(o) + " is listed twice: list each device once (--devices)");
+  }
   std::string why;
-  auto b = CudaBackend::create(0, &why);
+  auto b = CudaBackend::create(ordinals, &why);
   if (!b && error) *error = "cuda backend: " + why;
   return b;
 }

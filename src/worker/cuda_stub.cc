@@ -12,7 +12,7 @@ std::string Probe::why_not() const {
 
 Probe probe() { return Probe{}; }
 
-std::unique_ptr<Backend> make_cuda_backend(std::string* error) {
+std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>&, std::string* error) {
   if (error) *error = probe().why_not() + "; use --backend sim";
   return nullptr;
 }

@@ -12,10 +12,10 @@ namespace ordo {
 
 // CUdevice_attribute numbers (cuda.h; the numbering is ABI and never changes) of
 // what DeviceInfo carries. Backends that talk to a real driver override this.
-Status Backend::device_attributes(uint32_t first, int32_t* out) {
+Status Backend::device_attributes(uint32_t device, uint32_t first, int32_t* out) {
   if (first % kDeviceAttributesPerCall || first >= kDeviceAttributeCount) return Status::kInvalidValue;
   DeviceInfo d{};
-  if (Status s = device_info(&d); !ok(s)) return s;
+  if (Status s = device_info(device, &d); !ok(s)) return s;
   int32_t a[kDeviceAttributeCount] = {};
   auto clamp = [](uint64_t v) { return int32_t(std::min<uint64_t>(v, INT32_MAX)); };
   a[1] = d.max_threads_per_block;                          // MAX_THREADS_PER_BLOCK

@@ -52,8 +52,8 @@ void usage(FILE* f) {
                "usage: ordo-worker --region PATH [--size N] [--sessions N] [--backend auto|sim|cuda|null] [--stats]\n"
                "                   [--trace FILE] [--no-doorbell]\n"
                "                   [--ivshmem-server SOCKET] [--max-sleep MS] [--guest-timeout MS] [--unordered]\n"
-               "                   [--chaos SEED] [--sim-kernels SO] [--quiet]\n"
-               "       ordo-worker --device-info [--backend B]\n"
+               "                   [--devices LIST | --sim-devices N] [--chaos SEED] [--sim-kernels SO] [--quiet]\n"
+               "       ordo-worker --device-info [--device K] [--backend B] [--devices LIST | --sim-devices N]\n"
                "  --region PATH   the shared region: a /dev/shm file (created, or reset, here)\n"
                "  --size N        region size, a power of two (default 64M; K/M/G suffixes)\n"
                "  --sessions N    guest processes served at once, a power of two: the region is divided into N\n"
@@ -61,6 +61,9 @@ void usage(FILE* f) {
                "                  32 MiB, 1 to 16)\n"
                "  --backend B     auto (default: cuda if a CUDA device is present, else sim), sim (CPU simulator),\n"
                "                  cuda (the GPU) or null (runs nothing: transport cost)\n"
+               "  --devices LIST  cuda: the host devices guests see, as ordinals in the order guests number them\n"
+               "                  (e.g. 0,2: the guest's device 1 is host device 2; default: every device)\n"
+               "  --sim-devices N sim and null: the number of simulated devices (default 1, at most 32)\n"
                "  --stats         print counters at exit (and on SIGUSR1) as a table and a JSON line\n"
                "  --trace FILE    write a Chrome/Perfetto trace of every dispatch at exit (ui.perfetto.dev);\n"
                "                  with several sessions, FILE.K for part K\n"
@@ -72,17 +75,22 @@ void usage(FILE* f) {
                "  --unordered     ignore ordering edges, like the old prototype: tests only\n"
                "  --chaos SEED    hold dispatchable entries for random times: tests only\n"
                "  --sim-kernels SO  load host twins of device kernels into the sim backend (may repeat; see sim.h)\n"
-               "  --device-info   print the device the backend shows guests (name, memory, every CUdevice_attribute)\n"
-               "                  as key=value lines and exit\n");
+               "  --device-info   print device K (--device, default 0) as guests see it (name, memory, every\n"
+               "                  CUdevice_attribute) as key=value lines and exit\n");
 }
 
 // What a guest's cudaGetDeviceProperties/cuDeviceGetAttribute will see, so an
 // operator (and tests/cuda's props case) can compare without a guest.
-int print_device_info(ordo::Backend& backend) {
+int print_device_info(ordo::Backend& backend, uint32_t device) {
   ordo::DeviceInfo d{};
-  if (ordo::Status s = backend.device_info(&d); !ordo::ok(s)) {
-    std::fprintf(stderr, "ordo-worker: the %s backend reports no device (status %d)\n",
-                 std::string(backend.name()).c_str(), int(s));
+  if (device >= backend.device_count()) {
+    std::fprintf(stderr, "ordo-worker: --device %u: the %s backend has %u device(s)\n", device,
+                 std::string(backend.name()).c_str(), backend.device_count());
+    return 1;
+  }
+  if (ordo::Status s = backend.device_info(device, &d); !ordo::ok(s)) {
+    std::fprintf(stderr, "ordo-worker: the %s backend reports no device %u (status %d)\n",
+                 std::string(backend.name()).c_str(), device, int(s));
     return 1;
   }
   d.name[sizeof d.name - 1] = 0;
@@ -90,7 +98,7 @@ int print_device_info(ordo::Backend& backend) {
               (unsigned long long)d.total_global_mem);
   for (uint32_t first = 0; first < ordo::kDeviceAttributeCount; first += ordo::kDeviceAttributesPerCall) {
     int32_t a[ordo::kDeviceAttributesPerCall];
-    if (!ordo::ok(backend.device_attributes(first, a))) continue;
+    if (!ordo::ok(backend.device_attributes(device, first, a))) continue;
     for (uint32_t i = 0; i < ordo::kDeviceAttributesPerCall; ++i)
       if (first + i > 0) std::printf("attr.%u=%d\n", first + i, a[i]);
   }
@@ -107,6 +115,8 @@ int main(int argc, char** argv) {
   int partition = -1;     // >= 0: serve this part alone (a supervisor's child)
   std::string ivshmem_socket;
   bool stats = false, doorbell = true, max_sleep_set = false, device_info = false;
+  uint32_t info_device = 0;
+  ordo::BackendOptions bopt;
   ordo::WorkerOptions opt;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -137,6 +147,34 @@ int main(int argc, char** argv) {
     }
     else if (a == "--guest-timeout") opt.guest_timeout = std::chrono::milliseconds(std::strtoull(value().c_str(), nullptr, 0));
     else if (a == "--device-info") device_info = true;
+    else if (a == "--device") info_device = uint32_t(std::strtoul(value().c_str(), nullptr, 0));
+    else if (a == "--sim-devices") {
+      const std::string v = value();
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(v.c_str(), &end, 10);
+      if (v.empty() || *end || n == 0 || n > ordo::kMaxDevices) {
+        std::fprintf(stderr, "ordo-worker: --sim-devices %s: a number from 1 to %u\n", v.c_str(), ordo::kMaxDevices);
+        return 2;
+      }
+      bopt.sim_devices = uint32_t(n);
+    }
+    else if (a == "--devices") {
+      const std::string v = value();
+      bopt.cuda_devices.clear();
+      for (size_t p = 0; p <= v.size();) {
+        const size_t q = std::min(v.find(',', p), v.size());
+        char* end = nullptr;
+        const std::string item = v.substr(p, q - p);
+        const long n = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end || n < 0) {
+          std::fprintf(stderr, "ordo-worker: --devices %s: a comma-separated list of device ordinals (e.g. 0,2)\n",
+                       v.c_str());
+          return 2;
+        }
+        bopt.cuda_devices.push_back(int(n));
+        p = q + 1;
+      }
+    }
     else if (a == "--help" || a == "-h") { usage(stdout); return 0; }
     else {
       std::fprintf(stderr, "ordo-worker: unknown option %s\n", a.c_str());
@@ -186,12 +224,12 @@ int main(int argc, char** argv) {
   const bool lazy = partition >= 0 && !device_info;
   std::unique_ptr<ordo::Backend> backend;
   if (!lazy) {
-    backend = ordo::make_backend(backend_name, &err);
+    backend = ordo::make_backend(backend_name, bopt, &err);
     if (!backend) {
       std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
       return 2;
     }
-    if (device_info) return print_device_info(*backend);
+    if (device_info) return print_device_info(*backend, info_device);
   }
   auto region = ordo::Region::create(region_path, layout, &err, part, sessions);
   if (!region) {
@@ -276,7 +314,7 @@ int main(int argc, char** argv) {
       h->worker_state.store(uint32_t(ordo::WorkerState::kStopped), std::memory_order_release);
       return 0;
     }
-    backend = ordo::make_backend(backend_name, &err);
+    backend = ordo::make_backend(backend_name, bopt, &err);
     if (!backend) {
       std::fprintf(stderr, "ordo-worker: session part %u: %s\n", part, err.c_str());
       h->worker_state.store(uint32_t(ordo::WorkerState::kStopped), std::memory_order_release);

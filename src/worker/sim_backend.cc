@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <functional>
@@ -39,6 +40,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <variant>
@@ -67,6 +69,9 @@ constexpr uint64_t kMmapThreshold = uint64_t{1} << 20;
 // Synthetic device addresses are non-canonical on x86-64 and AArch64 (4- and
 // 5-level paging alike), so they can never equal a real host pointer.
 constexpr uint64_t kDeviceBase = 0x0d00'0000'0000'0000;
+// Each device's allocations in a range of their own, so an address names its device.
+constexpr unsigned kDeviceSpanShift = 44;
+uint32_t device_of_addr(uint64_t addr) { return uint32_t((addr - kDeviceBase) >> kDeviceSpanShift); }
 constexpr uint32_t kEventDisableTiming = 0x2;  // cudaEventDisableTiming
 constexpr uint64_t kMaxBlockThreads = 1024;
 
@@ -96,10 +101,9 @@ Kernel kernel_by_id(uint32_t id) {
 
 // What the sim reports as its device: a plausible modern GPU, so that programs
 // that size their launches from the properties behave.
-DeviceInfo sim_device_info() {
+DeviceInfo sim_device_info(uint32_t device) {
   DeviceInfo d{};
-  static constexpr char kName[] = "ordo sim device";
-  std::memcpy(d.name, kName, sizeof(kName));
+  std::snprintf(d.name, sizeof d.name, "ordo sim device %u", device);
   d.total_global_mem = uint64_t{16} << 30;
   d.shared_mem_per_block = 48 << 10;
   d.shared_mem_per_block_optin = 227 << 10;
@@ -132,7 +136,8 @@ DeviceInfo sim_device_info() {
   d.global_l1_cache_supported = d.local_l1_cache_supported = 1;
   static constexpr uint8_t kUuid[16] = {'o', 'r', 'd', 'o', '-', 's', 'i', 'm', '-', 'd', 'e', 'v', 'i', 'c', 'e', '0'};
   std::memcpy(d.uuid, kUuid, sizeof kUuid);
-  d.pci_bus_id = 0x1b;
+  d.uuid[15] = uint8_t(kUuid[15] + device);  // libraries tell devices apart by UUID and bus id
+  d.pci_bus_id = int32_t(0x1b + device);
   return d;
 }
 
@@ -232,6 +237,7 @@ struct LaunchOp {
   std::string_view missing;  // the kernel's name when there is no twin (fn is null)
   Dim3 grid, block;
   ArgBuf args;
+  uint32_t device;  // the stream's: whose memory the kernel may touch
 };
 struct CopyOp {
   MemOperand dst, src;
@@ -268,15 +274,17 @@ void run_guarded(std::function<void()>& fn) {
 }
 
 struct Stream {
-  Stream(uint32_t i, bool b) : id(i), blocking(b) {}
+  Stream(uint32_t i, uint32_t d, bool b, bool l) : id(i), device(d), blocking(b), legacy(l) {}
 
   const uint32_t id;
+  const uint32_t device;
   const bool blocking;
+  const bool legacy;  // its device's legacy default stream
 
   // Guarded by Device::mu_.
   uint64_t enqueued = 0;
-  uint64_t legacy_seen = 0;     // blocking stream: stream 0's count it already depends on
-  uint64_t seen_by_legacy = 0;  // blocking stream: own count stream 0 already depends on
+  uint64_t legacy_seen = 0;     // blocking stream: its legacy stream's count it already depends on
+  uint64_t seen_by_legacy = 0;  // blocking stream: own count its legacy stream already depends on
   bool destroyed = false;
 
   std::mutex mu;
@@ -348,7 +356,9 @@ bool capture_done(const Capture& c) { return c.stream->done(c.seq); }
 
 class Device final : public Backend {
  public:
-  Device() { streams_[0] = start_stream_locked(0, false); }
+  explicit Device(uint32_t devices) : devices_(devices), blocking_(devices), destroyed_blocking_(devices) {
+    for (uint32_t d = 0; d < devices_; ++d) streams_[d] = start_stream_locked(d, d, false, true);
+  }
 
   ~Device() override {
     // Drain every stream and join its thread. Loop in case a host callback
@@ -367,14 +377,16 @@ class Device final : public Backend {
 
   std::string_view name() const override { return "sim"; }
 
-  Status stream_create(uint32_t id, bool blocking, int /*priority*/) override {
-    if (id >= kMaxStreams) return Status::kInvalidValue;
+  uint32_t device_count() const override { return devices_; }
+
+  Status stream_create(uint32_t id, uint32_t device, bool blocking, int /*priority*/) override {
+    if (id >= kMaxStreams || device >= devices_) return Status::kInvalidValue;
     std::lock_guard lk(mu_);
     reap_locked();
     if (streams_[id]) return Status::kInvalidResourceHandle;
     try {
-      streams_[id] = start_stream_locked(id, blocking);
-      if (blocking) blocking_.push_back(streams_[id]);
+      streams_[id] = start_stream_locked(id, device, blocking, false);
+      if (blocking) blocking_[device].push_back(streams_[id]);
     } catch (const std::bad_alloc&) {
       return Status::kMemoryAllocation;
     } catch (const std::system_error&) {
@@ -384,16 +396,16 @@ class Device final : public Backend {
   }
 
   Status stream_destroy(uint32_t id) override {
-    if (id == 0 || id >= kMaxStreams) return Status::kInvalidResourceHandle;
+    if (id >= kMaxStreams) return Status::kInvalidResourceHandle;
     std::lock_guard lk(mu_);
+    if (!streams_[id] || streams_[id]->legacy) return Status::kInvalidResourceHandle;
     std::shared_ptr<Stream> s = std::move(streams_[id]);
-    if (!s) return Status::kInvalidResourceHandle;
     s->destroyed = true;
     if (s->blocking) {
       if (s->enqueued == s->seen_by_legacy) {
-        std::erase(blocking_, s);
+        std::erase(blocking_[s->device], s);
       } else {
-        destroyed_blocking_ = true;  // stream 0 still has to depend on its last work
+        destroyed_blocking_[s->device] = true;  // its legacy stream still has to depend on its last work
       }
     }
     stop(*s);
@@ -419,10 +431,11 @@ class Device final : public Backend {
       return Status::kInvalidConfiguration;
     }
     if (p.args_size != 0 && p.args == nullptr) return Status::kInvalidValue;
-    Op op{tag, LaunchOp{fn, missing, p.grid, p.block, ArgBuf(p.args, p.args_size)}};
+    Op op{tag, LaunchOp{fn, missing, p.grid, p.block, ArgBuf(p.args, p.args_size), 0}};
     std::lock_guard lk(mu_);
     Stream* s = find_stream_locked(stream);
     if (!s) return Status::kInvalidResourceHandle;
+    std::get<LaunchOp>(op.body).device = s->device;
     push_locked(*s, std::move(op));
     return Status::kSuccess;
   }
@@ -452,8 +465,8 @@ class Device final : public Backend {
     return Status::kSuccess;
   }
 
-  Status event_create(uint32_t event, uint32_t flags) override {
-    if (event >= kMaxEvents) return Status::kInvalidValue;
+  Status event_create(uint32_t event, uint32_t device, uint32_t flags) override {
+    if (event >= kMaxEvents || device >= devices_) return Status::kInvalidValue;
     std::lock_guard lk(mu_);
     auto [it, inserted] = events_.try_emplace(event);
     if (!inserted) return Status::kInvalidResourceHandle;
@@ -549,14 +562,18 @@ class Device final : public Backend {
     run_guarded(fn);  // unknown stream: nothing to wait for
   }
 
-  Status malloc(uint64_t size, uint64_t* device_addr) override {
-    if (!device_addr || size == 0 || size > kMaxAllocBytes) return Status::kInvalidValue;
+  Status malloc(uint32_t device, uint64_t size, uint64_t* device_addr) override {
+    if (!device_addr || size == 0 || size > kMaxAllocBytes || device >= devices_) return Status::kInvalidValue;
     HostBlock block;
     if (!block.allocate(size)) return Status::kMemoryAllocation;
     std::unique_lock lk(mem_mu_);
-    const uint64_t addr = next_addr_;
+    uint64_t& next = next_addr_[device];
+    if (next == 0) next = kDeviceBase + (uint64_t{device} << kDeviceSpanShift);
+    const uint64_t addr = next;
     // Round up and leave an unmapped gap so that adjacent allocations never touch.
-    next_addr_ += (size + kAllocAlign - 1) / kAllocAlign * kAllocAlign + kAllocAlign;
+    const uint64_t end = next + (size + kAllocAlign - 1) / kAllocAlign * kAllocAlign + kAllocAlign;
+    if (device_of_addr(end) != device) return Status::kMemoryAllocation;  // 16 TiB handed out
+    next = end;
     try {
       allocs_.emplace(addr, std::make_shared<HostBlock>(std::move(block)));
     } catch (const std::bad_alloc&) {
@@ -592,7 +609,7 @@ class Device final : public Backend {
     {
       std::lock_guard lk(modules_mu_);
       if (!modules_.erase(module)) return Status::kInvalidResourceHandle;
-      for (auto it = globals_.lower_bound({module, {}}); it != globals_.end() && it->first.first == module;) {
+      for (auto it = globals_.lower_bound({module, 0, {}}); it != globals_.end() && std::get<0>(it->first) == module;) {
         dead.push_back(it->second.first);
         it = globals_.erase(it);
       }
@@ -603,27 +620,47 @@ class Device final : public Backend {
 
   // The sim cannot read the image's initial values: a device variable starts
   // zeroed, in memory of its own, for the module's lifetime.
-  Status module_global(uint32_t module, std::string_view name, uint64_t size_hint, uint64_t* addr,
+  Status module_global(uint32_t module, uint32_t device, std::string_view name, uint64_t size_hint, uint64_t* addr,
                        uint64_t* size) override {
+    if (device >= devices_) return Status::kInvalidValue;
     std::lock_guard lk(modules_mu_);
     if (!modules_.count(module)) return Status::kInvalidResourceHandle;
-    std::pair<uint32_t, std::string> key{module, std::string(name)};
+    GlobalKey key{module, device, std::string(name)};
     if (auto it = globals_.find(key); it != globals_.end()) {
       *addr = it->second.first;
       *size = it->second.second;
       return Status::kSuccess;
     }
     if (size_hint == 0) return Status::kInvalidDeviceFunction;  // not a variable of this module
-    if (Status s = malloc(size_hint, addr); !ok(s)) return s;
+    if (Status s = malloc(device, size_hint, addr); !ok(s)) return s;
     *size = size_hint;
     globals_.emplace(std::move(key), std::make_pair(*addr, size_hint));
     return Status::kSuccess;
   }
 
-  Status device_info(DeviceInfo* out) override {
-    if (!out) return Status::kInvalidValue;
-    *out = sim_device_info();
+  Status device_info(uint32_t device, DeviceInfo* out) override {
+    if (!out || device >= devices_) return Status::kInvalidValue;
+    *out = sim_device_info(device);
     return Status::kSuccess;
+  }
+
+  // The sim is an all-to-all NVLink box: any device may reach any other once enabled.
+  bool can_access_peer(uint32_t device, uint32_t peer) override {
+    return device < devices_ && peer < devices_ && device != peer;
+  }
+
+  Status set_peer_access(uint32_t device, uint32_t peer, bool enable) override {
+    if (!can_access_peer(device, peer)) return Status::kPeerAccessUnsupported;
+    if (enable) peers_[device].fetch_or(1u << peer, std::memory_order_release);
+    else peers_[device].fetch_and(~(1u << peer), std::memory_order_release);
+    return Status::kSuccess;
+  }
+
+  // Whether a kernel on `device` may touch memory at `addr`: its own device's,
+  // or an enabled peer's.
+  bool reachable(uint32_t device, uint64_t addr) const {
+    const uint32_t owner = device_of_addr(addr);
+    return owner == device || (owner < kMaxDevices && (peers_[device].load(std::memory_order_acquire) >> owner & 1));
   }
 
   Status kernel_lookup(uint32_t module, std::string_view name, uint32_t* kernel) override {
@@ -659,8 +696,8 @@ class Device final : public Backend {
 
   // The attributes DeviceInfo carries, plus what identifies an H200 to libraries
   // that pick kernels by chip (docs/CUDA.md, "The sim's device").
-  Status device_attributes(uint32_t first, int32_t* out) override {
-    if (Status s = Backend::device_attributes(first, out); !ok(s)) return s;
+  Status device_attributes(uint32_t device, uint32_t first, int32_t* out) override {
+    if (Status s = Backend::device_attributes(device, first, out); !ok(s)) return s;
     auto set = [&](uint32_t attr, int32_t v) {
       if (attr >= first && attr < first + kDeviceAttributesPerCall) out[attr - first] = v;
     };
@@ -696,8 +733,8 @@ class Device final : public Backend {
   };
 
   // Requires mu_ (or construction).
-  std::shared_ptr<Stream> start_stream_locked(uint32_t id, bool blocking) {
-    auto s = std::make_shared<Stream>(id, blocking);
+  std::shared_ptr<Stream> start_stream_locked(uint32_t id, uint32_t device, bool blocking, bool legacy) {
+    auto s = std::make_shared<Stream>(id, device, blocking, legacy);
     workers_.reserve(workers_.size() + 1);
     std::thread t([this, s] { run(*s); });
     workers_.push_back(Worker{s, std::move(t)});
@@ -741,18 +778,18 @@ class Device final : public Backend {
   void push_locked(Stream& s, Op&& op) {
     std::unique_lock lk(s.mu);
     if (s.blocking) {
-      // Wait for all work enqueued on stream 0 so far.
-      Stream& z = *streams_[0];
+      // Wait for all work enqueued on its device's legacy stream so far.
+      Stream& z = *streams_[s.device];
       if (z.enqueued > s.legacy_seen) {
         s.legacy_seen = z.enqueued;
         if (!z.done(s.legacy_seen)) {
-          s.queue.push_back(Op{OpTag{}, WaitOp{streams_[0], s.legacy_seen}});
+          s.queue.push_back(Op{OpTag{}, WaitOp{streams_[s.device], s.legacy_seen}});
           ++s.enqueued;
         }
       }
-    } else if (s.id == 0) {
-      // Wait for all work enqueued on every blocking stream so far.
-      for (const auto& b : blocking_) {
+    } else if (s.legacy) {
+      // Wait for all work enqueued on every blocking stream of the device so far.
+      for (const auto& b : blocking_[s.device]) {
         if (b->enqueued > b->seen_by_legacy) {
           b->seen_by_legacy = b->enqueued;
           if (!b->done(b->seen_by_legacy)) {
@@ -761,9 +798,9 @@ class Device final : public Backend {
           }
         }
       }
-      if (destroyed_blocking_) {
-        std::erase_if(blocking_, [](const std::shared_ptr<Stream>& b) { return b->destroyed; });
-        destroyed_blocking_ = false;
+      if (destroyed_blocking_[s.device]) {
+        std::erase_if(blocking_[s.device], [](const std::shared_ptr<Stream>& b) { return b->destroyed; });
+        destroyed_blocking_[s.device] = false;
       }
     }
     s.queue.push_back(std::move(op));
@@ -816,7 +853,7 @@ class Device final : public Backend {
                      int(l->missing.size()), l->missing.data());
         return report(op.tag, Status::kNoKernelImage);
       }
-      KernelContext ctx(*this, l->grid, l->block, l->args.span());
+      KernelContext ctx(*this, l->grid, l->block, l->args.span(), l->device);
       try {
         l->fn(ctx);
       } catch (const KernelError& e) {
@@ -855,21 +892,24 @@ class Device final : public Backend {
     }
   }
 
+  const uint32_t devices_;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<Stream>> streams_ = std::vector<std::shared_ptr<Stream>>(kMaxStreams);  // guarded by mu_; by stream id
-  // Live blocking streams, plus destroyed ones stream 0 has yet to depend on.
-  std::vector<std::shared_ptr<Stream>> blocking_;  // guarded by mu_
-  bool destroyed_blocking_ = false;                // guarded by mu_
+  // Per device: live blocking streams, plus destroyed ones its legacy stream has yet to depend on.
+  std::vector<std::vector<std::shared_ptr<Stream>>> blocking_;  // guarded by mu_
+  std::vector<bool> destroyed_blocking_;                       // guarded by mu_
+  std::array<std::atomic<uint32_t>, kMaxDevices> peers_{};     // per device: bit p = may reach device p's memory
   std::unordered_map<uint32_t, Event> events_;     // guarded by mu_
   std::vector<Worker> workers_;                    // guarded by mu_
 
   mutable std::shared_mutex mem_mu_;
   std::map<uint64_t, std::shared_ptr<HostBlock>> allocs_;  // guarded by mem_mu_
-  uint64_t next_addr_ = kDeviceBase;      // guarded by mem_mu_
+  std::array<uint64_t, kMaxDevices> next_addr_{};  // guarded by mem_mu_; per device, 0 until its first allocation
 
   std::mutex modules_mu_;
   std::set<uint32_t> modules_;  // guarded by modules_mu_
-  std::map<std::pair<uint32_t, std::string>, std::pair<uint64_t, uint64_t>> globals_;  // (module, name) -> (addr, size)
+  using GlobalKey = std::tuple<uint32_t, uint32_t, std::string>;  // module, device, name
+  std::map<GlobalKey, std::pair<uint64_t, uint64_t>> globals_;      // -> (addr, size)
 };
 
 // ---------------------------------------------------------------- public API
@@ -882,6 +922,10 @@ void* KernelContext::translate(uint64_t device_addr, uint64_t bytes) const {
   std::shared_ptr<const void> pin;
   if (!ok(dev_.lookup(device_addr, bytes, &p, &pin))) {
     throw KernelError(Status::kIllegalAddress, "kernel touched memory outside a live allocation");
+  }
+  if (!dev_.reachable(device_, device_addr)) {
+    // A GPU faults the same way on another device's memory without peer access.
+    throw KernelError(Status::kIllegalAddress, "kernel touched another device's memory without peer access");
   }
   pins_.push_back(std::move(pin));  // alive until the kernel returns
   return p;
@@ -903,9 +947,10 @@ void register_kernel(std::string_view name, Kernel fn) {
   r.count.store(id + 1, std::memory_order_release);
 }
 
-std::unique_ptr<Backend> make_sim_backend() {
+std::unique_ptr<Backend> make_sim_backend(uint32_t devices) {
+  if (devices == 0 || devices > kMaxDevices) return nullptr;
   register_builtin_kernels();
-  return std::make_unique<Device>();
+  return std::make_unique<Device>(devices);
 }
 
 }  // namespace ordo::sim

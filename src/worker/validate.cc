@@ -60,7 +60,13 @@ Status check_entry(const Entry& e, Path path, const Layout& l, std::string* why)
         return bad(why, "host function words outside the pinned heap or misaligned");
       return Status::kSuccess;
     case Op::StreamCreate:
-      if (e.arg[0] & ~kStreamNonBlocking) return bad(why, "unknown stream flags");
+      if (e.arg[0] & ~(kStreamNonBlocking | kStreamLegacy)) return bad(why, "unknown stream flags");
+      if ((e.arg[0] & kStreamLegacy) && (e.arg[0] & kStreamNonBlocking))
+        return bad(why, "a legacy stream is not a non-blocking stream");
+      if (e.arg[2] >= kMaxDevices) return bad(why, "device " + std::to_string(e.arg[2]) + " out of range", Status::kInvalidDevice);
+      return Status::kSuccess;
+    case Op::PeerAccess:
+      if (e.arg[2] > uint64_t(PeerCmd::kDisable)) return bad(why, "unknown peer access command");
       return Status::kSuccess;
     case Op::ModuleLoad:
       if (e.arg[1] == 0) return bad(why, "empty module image");
@@ -82,7 +88,8 @@ Status check_entry(const Entry& e, Path path, const Layout& l, std::string* why)
                             std::to_string(kDeviceAttributeCount));
       [[fallthrough]];
     case Op::DeviceInfo:
-      if (e.arg[0] != 0) return bad(why, "no device " + std::to_string(e.arg[0]) + " (only device 0)", Status::kInvalidDevice);
+      // The worker checks the index against its device count.
+      if (e.arg[0] >= kMaxDevices) return bad(why, "device " + std::to_string(e.arg[0]) + " out of range", Status::kInvalidDevice);
       return Status::kSuccess;
     default:
       return Status::kSuccess;

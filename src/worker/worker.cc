@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <condition_variable>
 #include <cstring>
@@ -78,8 +79,10 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
       layout_(region.layout()),
       rings_(layout_.ring_count),
       slots_(layout_.slot_count),
+      devices_(std::clamp<uint32_t>(backend.device_count(), 1, kMaxDevices)),
       stream_ring_(kMaxStreams, kNoRingBound),
       stream_mark_(kMaxStreams, 0),
+      stream_device_(kMaxStreams, 0),
       chaos_rng_(options.chaos_seed) {
   for (uint32_t r = 0; r < layout_.ring_count; ++r) rings_[r].fences = std::make_shared<FenceQueue>(&region_.ring(r));
   stream_ring_[kLegacyStreamId] = kLegacyRing;
@@ -89,6 +92,7 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
   backend_.register_host_memory(region_.base(), region_.size());
   RegionHeader* h = region_.header();
   h->heartbeat_ns.store(now_ns(), std::memory_order_relaxed);
+  h->device_count.store(devices_, std::memory_order_relaxed);  // published by the state below, before any attach
   h->worker_state.store(uint32_t(WorkerState::kServing), std::memory_order_release);
 }
 
@@ -347,17 +351,27 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
       dispatch_fence(r, pos);
       return Status::kSuccess;
     case Op::StreamCreate: {
-      if (st == kLegacyStreamId || st >= kMaxStreams || stream_ring_[st] != kNoRingBound)
+      const uint64_t device = e.arg[2];
+      if (device >= devices_) return Status::kInvalidDevice;
+      if (st >= kMaxStreams || stream_ring_[st] != kNoRingBound) return Status::kInvalidResourceHandle;
+      if (e.arg[0] & kStreamLegacy) {
+        // A device's legacy stream exists in the backend already: the guest
+        // only chooses its ring. Device 0's is on ring 0 from the start.
+        if (st != device || st == kLegacyStreamId) return Status::kInvalidResourceHandle;
+      } else if (st < kMaxDevices) {
         return Status::kInvalidResourceHandle;
-      Status s = backend_.stream_create(st, !(e.arg[0] & kStreamNonBlocking), int(int64_t(e.arg[1])));
-      if (ok(s)) {
-        stream_ring_[st] = r;
-        stream_mark_[st] = 0;
+      } else if (Status s = backend_.stream_create(st, uint32_t(device), !(e.arg[0] & kStreamNonBlocking),
+                                                   int(int64_t(e.arg[1])));
+                 !ok(s)) {
+        return s;
       }
-      return s;
+      stream_ring_[st] = r;
+      stream_mark_[st] = 0;
+      stream_device_[st] = uint8_t(device);
+      return Status::kSuccess;
     }
     case Op::StreamDestroy: {
-      if (Status s = stream_of(e, r); !ok(s) || st == kLegacyStreamId) return Status::kInvalidResourceHandle;
+      if (Status s = stream_of(e, r); !ok(s) || st < kMaxDevices) return Status::kInvalidResourceHandle;
       stream_ring_[st] = kNoRingBound;
       // The guest fences before a destroy; work queued since then (none from a
       // correct guest) is not waited for by later fences of the ring.
@@ -399,7 +413,10 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
     case Op::StreamWaitEvent: {
       uint32_t idx;
       if (Status s = event_index(e.arg[0], &idx); !ok(s)) return s;
-      return op == Op::EventRecord ? backend_.event_record(st, idx) : backend_.stream_wait_event(st, idx);
+      if (op == Op::StreamWaitEvent) return backend_.stream_wait_event(st, idx);  // any device's event, as CUDA
+      // CUDA records an event only on a stream of the device it was created on.
+      if (events_[idx].device != stream_device_[st]) return Status::kInvalidResourceHandle;
+      return backend_.event_record(st, idx);
     }
     case Op::HostFunc: {
       // The guest runs the function (CUDA runs it on a runtime thread of the
@@ -508,8 +525,9 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
     case Op::Null:
       return reply(s, seq, Status::kSuccess);
     case Op::Malloc: {
+      if (e.arg[1] >= devices_) return reply(s, seq, Status::kInvalidDevice);
       uint64_t addr = 0;
-      Status st = backend_.malloc(e.arg[0], &addr);
+      Status st = backend_.malloc(uint32_t(e.arg[1]), e.arg[0], &addr);
       if (ok(st)) {
         allocations_[addr] = e.arg[0];
         counters_.allocations.store(allocations_.size(), std::memory_order_relaxed);
@@ -540,9 +558,10 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       name[kSlotPayload] = 0;
       const uint32_t module = uint32_t(e.arg[0]);
       if (!modules_.count(module)) return reply(s, seq, Status::kInvalidResourceHandle);
+      if (e.arg[2] >= devices_) return reply(s, seq, Status::kInvalidDevice);
       uint64_t addr = 0, size = 0;
-      const Status st =
-          backend_.module_global(module, std::string_view(name, strnlen(name, kSlotPayload)), e.arg[1], &addr, &size);
+      const Status st = backend_.module_global(module, uint32_t(e.arg[2]),
+                                               std::string_view(name, strnlen(name, kSlotPayload)), e.arg[1], &addr, &size);
       if (ok(st) && size) globals_[addr] = {size, module};
       return reply(s, seq, st, addr, size);
     }
@@ -571,8 +590,9 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       return reply(s, seq, backend_.module_unload(module));
     }
     case Op::DeviceInfo: {
+      if (e.arg[0] >= devices_) return reply(s, seq, Status::kInvalidDevice);
       DeviceInfo info{};
-      const Status st = backend_.device_info(&info);
+      const Status st = backend_.device_info(uint32_t(e.arg[0]), &info);
       if (ok(st)) {
         info.name[sizeof(info.name) - 1] = 0;
         std::lock_guard lock(error_mu_);  // the payload is the guest's to read after the reply
@@ -581,8 +601,9 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       return reply(s, seq, st);
     }
     case Op::DeviceAttributes: {
+      if (e.arg[0] >= devices_) return reply(s, seq, Status::kInvalidDevice);
       int32_t attrs[kDeviceAttributesPerCall] = {};
-      const Status st = backend_.device_attributes(uint32_t(e.arg[1]), attrs);
+      const Status st = backend_.device_attributes(uint32_t(e.arg[0]), uint32_t(e.arg[1]), attrs);
       if (ok(st)) {
         std::lock_guard lock(error_mu_);
         std::memcpy(region_.slot(s).payload, attrs, sizeof attrs);
@@ -590,6 +611,7 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       return reply(s, seq, st);
     }
     case Op::EventCreate: {
+      if (e.arg[1] >= devices_) return reply(s, seq, Status::kInvalidDevice);
       uint32_t idx;
       if (!free_events_.empty()) {
         idx = free_events_.back();
@@ -600,12 +622,13 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       } else {
         return reply(s, seq, Status::kMemoryAllocation);
       }
-      Status st = backend_.event_create(idx, uint32_t(e.arg[0]));
+      Status st = backend_.event_create(idx, uint32_t(e.arg[1]), uint32_t(e.arg[0]));
       if (!ok(st)) {
         free_events_.push_back(idx);
         return reply(s, seq, st);
       }
       events_[idx].live = true;
+      events_[idx].device = uint8_t(e.arg[1]);
       return reply(s, seq, st, uint64_t{events_[idx].generation} << kEventGenShift | idx);
     }
     case Op::EventDestroy: {
@@ -638,11 +661,36 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       uint32_t a, b;
       if (Status st = event_index(e.arg[0], &a); !ok(st)) return reply(s, seq, st);
       if (Status st = event_index(e.arg[1], &b); !ok(st)) return reply(s, seq, st);
+      if (events_[a].device != events_[b].device) return reply(s, seq, Status::kInvalidResourceHandle);
       float ms = 0;
       Status st = backend_.event_elapsed(a, b, &ms);
       uint32_t bits;
       std::memcpy(&bits, &ms, sizeof bits);
       return reply(s, seq, st, bits);
+    }
+    case Op::PeerAccess: {
+      const uint64_t dev = e.arg[0], peer = e.arg[1];
+      if (dev >= devices_ || peer >= devices_ || dev == peer) return reply(s, seq, Status::kInvalidDevice);
+      const bool can = backend_.can_access_peer(uint32_t(dev), uint32_t(peer));
+      const uint32_t bit = 1u << peer;
+      switch (PeerCmd(e.arg[2])) {
+        case PeerCmd::kQuery:
+          return reply(s, seq, Status::kSuccess, can);
+        case PeerCmd::kEnable: {
+          if (!can) return reply(s, seq, Status::kPeerAccessUnsupported);
+          if (peers_[dev] & bit) return reply(s, seq, Status::kPeerAccessAlreadyEnabled);
+          const Status st = backend_.set_peer_access(uint32_t(dev), uint32_t(peer), true);
+          if (ok(st)) peers_[dev] |= bit;
+          return reply(s, seq, st);
+        }
+        case PeerCmd::kDisable: {
+          if (!(peers_[dev] & bit)) return reply(s, seq, Status::kPeerAccessNotEnabled);
+          const Status st = backend_.set_peer_access(uint32_t(dev), uint32_t(peer), false);
+          if (ok(st)) peers_[dev] &= ~bit;
+          return reply(s, seq, st);
+        }
+      }
+      return reply(s, seq, Status::kInvalidValue);  // check_entry: unreachable
     }
     default:
       return reply(s, seq, Status::kNotSupported);
@@ -778,11 +826,16 @@ void Worker::reset_session() {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  for (uint32_t st = 1; st < kMaxStreams; ++st)
+  for (uint32_t st = kMaxDevices; st < kMaxStreams; ++st)  // legacy streams stay, as the backend's own
     if (stream_ring_[st] != kNoRingBound) backend_.stream_destroy(st);
   std::fill(stream_ring_.begin(), stream_ring_.end(), kNoRingBound);
   std::fill(stream_mark_.begin(), stream_mark_.end(), 0);
+  std::fill(stream_device_.begin(), stream_device_.end(), 0);
   stream_ring_[kLegacyStreamId] = kLegacyRing;
+  for (uint32_t d = 0; d < devices_; ++d)
+    for (uint32_t p = 0; p < devices_; ++p)
+      if (peers_[d] >> p & 1) backend_.set_peer_access(d, p, false);
+  peers_.fill(0);
   for (uint32_t i = 0; i < events_.size(); ++i)
     if (events_[i].live) backend_.event_destroy(i);
   for (uint32_t m : modules_) backend_.module_unload(m);

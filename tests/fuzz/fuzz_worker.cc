@@ -25,7 +25,9 @@ using namespace ordo;
 
 class CheckingBackend final : public NullBackend {
  public:
-  explicit CheckingBackend(const Region& r) : lo_(reinterpret_cast<uintptr_t>(r.base())), hi_(lo_ + r.size()) {}
+  // Two devices, so that device indices are fuzzed too.
+  explicit CheckingBackend(const Region& r)
+      : NullBackend(2), lo_(reinterpret_cast<uintptr_t>(r.base())), hi_(lo_ + r.size()) {}
   std::string_view name() const override { return "checking"; }
   Status launch(uint32_t, const LaunchParams& p, const OpTag&) override {
     host(reinterpret_cast<uintptr_t>(p.args), p.args_size);
@@ -40,8 +42,22 @@ class CheckingBackend final : public NullBackend {
     device(dst, size);
     return Status::kSuccess;
   }
-  Status malloc(uint64_t size, uint64_t* addr) override {
-    const Status s = NullBackend::malloc(size, addr);
+  // The worker must pass only devices the backend has.
+  Status stream_create(uint32_t stream, uint32_t device, bool, int) override {
+    if (device >= device_count() || stream < kMaxDevices) __builtin_trap();
+    return Status::kSuccess;
+  }
+  Status event_create(uint32_t, uint32_t device, uint32_t) override {
+    if (device >= device_count()) __builtin_trap();
+    return Status::kSuccess;
+  }
+  Status set_peer_access(uint32_t device, uint32_t peer, bool) override {
+    if (device >= device_count() || peer >= device_count() || device == peer) __builtin_trap();
+    return Status::kSuccess;
+  }
+  Status malloc(uint32_t device, uint64_t size, uint64_t* addr) override {
+    if (device >= device_count()) __builtin_trap();
+    const Status s = NullBackend::malloc(device, size, addr);
     if (ok(s)) allocs_[*addr] = size;
     return s;
   }

@@ -37,3 +37,7 @@ __global__ void scale(float* p, float f, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) p[i] *= f;
 }
+
+// A module variable, of which each device that loads the module has its own copy.
+__device__ uint64_t ordo_test_counter = 5;
+extern "C" __global__ void bump(uint64_t by) { ordo_test_counter += by; }

@@ -33,7 +33,8 @@ TEST(CudaAsyncError, FaultIsReportedToTheIssuerAndCompletionsStillRun) {
   ASSERT_EQ(b->module_load(1, img), Status::kSuccess);
   uint32_t store = 0;
   ASSERT_EQ(b->kernel_lookup(1, "store", &store), Status::kSuccess);
-  ASSERT_EQ(b->stream_create(1, false, 0), Status::kSuccess);
+  const uint32_t stream = kMaxDevices;  // the first id the worker may create
+  ASSERT_EQ(b->stream_create(stream, 0, false, 0), Status::kSuccess);
 
   struct {
     uint64_t p, value;
@@ -43,10 +44,10 @@ TEST(CudaAsyncError, FaultIsReportedToTheIssuerAndCompletionsStillRun) {
   p.args = reinterpret_cast<const std::byte*>(&args);
   p.args_size = sizeof args;
   const OpTag tag{1, 3, 17, 4};
-  ASSERT_EQ(b->launch(1, p, tag), Status::kSuccess) << "the fault happens later, on the device";
+  ASSERT_EQ(b->launch(stream, p, tag), Status::kSuccess) << "the fault happens later, on the device";
 
   std::promise<void> done;
-  b->host_callback(1, [&] { done.set_value(); });
+  b->host_callback(stream, [&] { done.set_value(); });
   ASSERT_EQ(done.get_future().wait_for(20s), std::future_status::ready) << "a fence after a fault never completed";
   std::lock_guard lk(mu);
   ASSERT_FALSE(errors.empty()) << "the fault was not reported";

@@ -1,7 +1,12 @@
 // The cuda backend itself, on a real GPU: modules, launches, copies, memset,
 // events, stream order, and the checks that keep a hostile guest inside its own
-// allocations. Exits 77 (skipped) without a device.
+// allocations; then devices: which host devices a backend serves, and (on a
+// machine with two or more) streams, modules, copies, events and peer access
+// across them. Exits 77 (skipped) without a device.
+#include <cuda_runtime_api.h>
 #include <sys/mman.h>
+
+#include <algorithm>
 
 #include <chrono>
 #include <cstring>
@@ -24,6 +29,9 @@ using namespace std::chrono_literals;
 constexpr uint64_t kHostBytes = 64ull << 20;
 constexpr uint32_t kEventDisableTiming = 0x2;
 
+// Stream ids the tests create: those below kMaxDevices are the devices' legacy streams.
+constexpr uint32_t S(uint32_t n) { return kMaxDevices + n; }
+
 struct FillArgs {  // fill(uint32_t* p, uint32_t value, uint64_t n): offsets 0, 8, 16
   uint64_t p;
   uint32_t value;
@@ -43,6 +51,19 @@ struct ScaleArgs {  // scale(float* p, float f, int n)
   float f;
   int32_t n;
 };
+struct BumpArgs {  // bump(uint64_t by)
+  uint64_t by;
+};
+
+// The host ordinal of the device that holds `addr`, as CUDA sees it; -1 if none.
+int device_of(uint64_t addr) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, reinterpret_cast<void*>(addr)) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return a.type == cudaMemoryTypeDevice ? a.device : -1;
+}
 
 class CudaBackendTest : public ::testing::Test {
  protected:
@@ -50,6 +71,10 @@ class CudaBackendTest : public ::testing::Test {
     std::string err;
     b_ = make_backend("cuda", &err);
     ASSERT_TRUE(b_) << err;
+    attach_host();
+  }
+  // Collects async errors and registers the host memory copies use.
+  void attach_host() {
     b_->set_error_sink([this](const OpTag& t, Status s) {
       std::lock_guard lk(mu_);
       errors_.emplace_back(t, s);
@@ -97,9 +122,9 @@ class CudaBackendTest : public ::testing::Test {
     p.args_size = sizeof args;
     return b_->launch(stream, p, OpTag{stream, 0, 0, 0});
   }
-  uint64_t alloc(uint64_t size) {
+  uint64_t alloc(uint64_t size, uint32_t device = 0) {
     uint64_t a = 0;
-    EXPECT_EQ(b_->malloc(size, &a), Status::kSuccess);
+    EXPECT_EQ(b_->malloc(device, size, &a), Status::kSuccess);
     return a;
   }
   template <class T>
@@ -115,7 +140,7 @@ class CudaBackendTest : public ::testing::Test {
 
 TEST_F(CudaBackendTest, DeviceInfoDescribesTheGpu) {
   DeviceInfo d{};
-  ASSERT_EQ(b_->device_info(&d), Status::kSuccess);
+  ASSERT_EQ(b_->device_info(0, &d), Status::kSuccess);
   EXPECT_GT(std::strlen(d.name), 0u);
   EXPECT_LT(std::strlen(d.name), sizeof d.name);
   EXPECT_GE(d.major, 7);
@@ -144,7 +169,7 @@ TEST_F(CudaBackendTest, FatbinKernelFillsAndCopiesBack) {
 
 TEST_F(CudaBackendTest, CubinPtxAndMangledNames) {
   DeviceInfo info{};
-  ASSERT_EQ(b_->device_info(&info), Status::kSuccess);
+  ASSERT_EQ(b_->device_info(0, &info), Status::kSuccess);
   const uint64_t n = 4096;
   const uint64_t d = alloc(n * 4);
   ASSERT_EQ(b_->memset(0, d, 0, n * 4, {}), Status::kSuccess);
@@ -223,13 +248,13 @@ TEST_F(CudaBackendTest, CopiesBothWaysDeviceToDeviceAndMemset) {
 TEST_F(CudaBackendTest, EventsTimeWorkAndNotifyWithoutBlocking) {
   const uint32_t k = kernel(load(1, "ORDO_TEST_FATBIN"), "spin_then_write");
   const uint64_t d = alloc(8);
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
-  ASSERT_EQ(b_->event_create(1, 0), Status::kSuccess);
-  ASSERT_EQ(b_->event_create(2, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(S(1), 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(1, 0, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(2, 0, 0), Status::kSuccess);
   ASSERT_EQ(b_->event_query(1), Status::kSuccess) << "an event never recorded is complete";
-  ASSERT_EQ(b_->event_record(1, 1), Status::kSuccess);
-  ASSERT_EQ(launch(1, k, SpinArgs{d, 1, 300000}, {1}, {1}), Status::kSuccess);  // 300 ms
-  ASSERT_EQ(b_->event_record(1, 2), Status::kSuccess);
+  ASSERT_EQ(b_->event_record(S(1), 1), Status::kSuccess);
+  ASSERT_EQ(launch(S(1), k, SpinArgs{d, 1, 300000}, {1}, {1}), Status::kSuccess);  // 300 ms
+  ASSERT_EQ(b_->event_record(S(1), 2), Status::kSuccess);
 
   std::promise<void> notified;
   auto f = notified.get_future();
@@ -240,30 +265,30 @@ TEST_F(CudaBackendTest, EventsTimeWorkAndNotifyWithoutBlocking) {
   float ms = 0;
   EXPECT_EQ(b_->event_elapsed(1, 2, &ms), Status::kNotReady);
   // A re-record after the notify must not move what the notify waits for.
-  ASSERT_EQ(b_->event_record(1, 2), Status::kSuccess);
+  ASSERT_EQ(b_->event_record(S(1), 2), Status::kSuccess);
   ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
-  sync(1);
+  sync(S(1));
   EXPECT_EQ(b_->event_query(2), Status::kSuccess);
   ASSERT_EQ(b_->event_elapsed(1, 2, &ms), Status::kSuccess);
   EXPECT_GT(ms, 250.0f);
   EXPECT_LT(ms, 5000.0f);
 
   // Timing disabled: no elapsed time, as in CUDA.
-  ASSERT_EQ(b_->event_create(3, kEventDisableTiming), Status::kSuccess);
-  ASSERT_EQ(b_->event_record(1, 3), Status::kSuccess);
-  sync(1);
+  ASSERT_EQ(b_->event_create(3, 0, kEventDisableTiming), Status::kSuccess);
+  ASSERT_EQ(b_->event_record(S(1), 3), Status::kSuccess);
+  sync(S(1));
   EXPECT_NE(b_->event_elapsed(1, 3, &ms), Status::kSuccess);
-  EXPECT_EQ(b_->event_create(4, 0x4 /* cudaEventInterprocess */), Status::kInvalidValue);
-  EXPECT_EQ(b_->event_create(1, 0), Status::kInvalidResourceHandle);  // already exists
+  EXPECT_EQ(b_->event_create(4, 0, 0x4 /* cudaEventInterprocess */), Status::kInvalidValue);
+  EXPECT_EQ(b_->event_create(1, 0, 0), Status::kInvalidResourceHandle);  // already exists
   EXPECT_EQ(b_->event_destroy(3), Status::kSuccess);
   EXPECT_EQ(b_->event_destroy(3), Status::kInvalidResourceHandle);
 
   // A notify on an event nobody recorded runs at once (or nearly).
-  ASSERT_EQ(b_->event_create(5, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(5, 0, 0), Status::kSuccess);
   std::promise<void> at_once;
   b_->event_notify(5, [&] { at_once.set_value(); });
   EXPECT_EQ(at_once.get_future().wait_for(5s), std::future_status::ready);
-  EXPECT_EQ(b_->stream_destroy(1), Status::kSuccess);
+  EXPECT_EQ(b_->stream_destroy(S(1)), Status::kSuccess);
 }
 
 TEST_F(CudaBackendTest, StreamWaitEventOrdersStreams) {
@@ -271,15 +296,15 @@ TEST_F(CudaBackendTest, StreamWaitEventOrdersStreams) {
   const uint64_t d = alloc(8);
   ASSERT_EQ(b_->memset(0, d, 0, 8, {}), Status::kSuccess);
   sync(0);
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
-  ASSERT_EQ(b_->stream_create(2, false, -1), Status::kSuccess);
-  ASSERT_EQ(b_->event_create(7, 0), Status::kSuccess);
-  ASSERT_EQ(launch(1, k, SpinArgs{d, 42, 100000}, {1}, {1}), Status::kSuccess);
-  ASSERT_EQ(b_->event_record(1, 7), Status::kSuccess);
-  ASSERT_EQ(b_->stream_wait_event(2, 7), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(S(1), 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(S(2), 0, false, -1), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(7, 0, 0), Status::kSuccess);
+  ASSERT_EQ(launch(S(1), k, SpinArgs{d, 42, 100000}, {1}, {1}), Status::kSuccess);
+  ASSERT_EQ(b_->event_record(S(1), 7), Status::kSuccess);
+  ASSERT_EQ(b_->stream_wait_event(S(2), 7), Status::kSuccess);
   *at<uint64_t>(0) = 0;
-  ASSERT_EQ(b_->memcpy(2, host(0), dev(d), 8, {}), Status::kSuccess);
-  sync(2);
+  ASSERT_EQ(b_->memcpy(S(2), host(0), dev(d), 8, {}), Status::kSuccess);
+  sync(S(2));
   EXPECT_EQ(*at<uint64_t>(0), 42u) << "stream 2 read before the kernel on stream 1 it waited for";
 }
 
@@ -287,8 +312,8 @@ TEST_F(CudaBackendTest, LegacyStreamWaitsForBlockingStreams) {
   const uint32_t k = kernel(load(1, "ORDO_TEST_FATBIN"), "spin_then_write");
   const uint64_t d = alloc(8);
   ASSERT_EQ(b_->memset(0, d, 0, 8, {}), Status::kSuccess);
-  ASSERT_EQ(b_->stream_create(3, true, 0), Status::kSuccess);  // blocking
-  ASSERT_EQ(launch(3, k, SpinArgs{d, 5, 100000}, {1}, {1}), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(S(3), 0, true, 0), Status::kSuccess);  // blocking
+  ASSERT_EQ(launch(S(3), k, SpinArgs{d, 5, 100000}, {1}, {1}), Status::kSuccess);
   *at<uint64_t>(0) = 0;
   ASSERT_EQ(b_->memcpy(0, host(0), dev(d), 8, {}), Status::kSuccess);  // legacy stream
   sync(0);
@@ -298,12 +323,12 @@ TEST_F(CudaBackendTest, LegacyStreamWaitsForBlockingStreams) {
 TEST_F(CudaBackendTest, HostCallbackRunsAfterEarlierWorkAndDoesNotBlock) {
   const uint32_t k = kernel(load(1, "ORDO_TEST_FATBIN"), "spin_then_write");
   const uint64_t d = alloc(8);
-  ASSERT_EQ(b_->stream_create(1, false, 0), Status::kSuccess);
-  ASSERT_EQ(launch(1, k, SpinArgs{d, 9, 200000}, {1}, {1}), Status::kSuccess);
-  ASSERT_EQ(b_->memcpy(1, host(0), dev(d), 8, {}), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(S(1), 0, false, 0), Status::kSuccess);
+  ASSERT_EQ(launch(S(1), k, SpinArgs{d, 9, 200000}, {1}, {1}), Status::kSuccess);
+  ASSERT_EQ(b_->memcpy(S(1), host(0), dev(d), 8, {}), Status::kSuccess);
   std::promise<uint64_t> seen;
   const auto t0 = std::chrono::steady_clock::now();
-  b_->host_callback(1, [&] { seen.set_value(*at<uint64_t>(0)); });
+  b_->host_callback(S(1), [&] { seen.set_value(*at<uint64_t>(0)); });
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 50ms) << "host_callback waited for the GPU";
   auto f = seen.get_future();
   ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
@@ -330,19 +355,20 @@ TEST_F(CudaBackendTest, HostileOperandsAreRejected) {
   EXPECT_EQ(b_->free(d), Status::kSuccess);
   EXPECT_EQ(b_->free(d), Status::kInvalidDevicePointer);
   EXPECT_EQ(b_->memcpy(0, host(0), dev(d), 8, {}), Status::kInvalidDevicePointer) << "copy from freed memory";
-  EXPECT_EQ(b_->malloc(0, &local), Status::kInvalidValue);
-  EXPECT_EQ(b_->malloc(uint64_t{1} << 52, &local), Status::kMemoryAllocation);
+  EXPECT_EQ(b_->malloc(0, 0, &local), Status::kInvalidValue);
+  EXPECT_EQ(b_->malloc(0, uint64_t{1} << 52, &local), Status::kMemoryAllocation);
   // Handles we never created.
-  EXPECT_EQ(b_->memcpy(7, host(0), host(8), 8, {}), Status::kInvalidResourceHandle);
+  EXPECT_EQ(b_->memcpy(S(7), host(0), host(8), 8, {}), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->memcpy(100000, host(0), host(8), 8, {}), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->stream_destroy(0), Status::kInvalidResourceHandle);
-  EXPECT_EQ(b_->stream_destroy(9), Status::kInvalidResourceHandle);
-  EXPECT_EQ(b_->stream_create(0, true, 0), Status::kInvalidValue);
-  EXPECT_EQ(b_->stream_create(kMaxStreams, true, 0), Status::kInvalidValue);
+  EXPECT_EQ(b_->stream_destroy(S(9)), Status::kInvalidResourceHandle);
+  EXPECT_EQ(b_->stream_create(0, 0, true, 0), Status::kInvalidValue);
+  EXPECT_EQ(b_->stream_create(1, 0, true, 0), Status::kInvalidValue) << "ids below kMaxDevices are legacy streams";
+  EXPECT_EQ(b_->stream_create(kMaxStreams, 0, true, 0), Status::kInvalidValue);
   EXPECT_EQ(b_->event_record(0, 99), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->stream_wait_event(0, 99), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->event_query(99), Status::kInvalidResourceHandle);
-  EXPECT_EQ(b_->event_create(1u << 20, 0), Status::kInvalidValue);
+  EXPECT_EQ(b_->event_create(1u << 20, 0, 0), Status::kInvalidValue);
   // The backend still works afterwards.
   const uint64_t e = alloc(16);
   EXPECT_EQ(b_->memset(0, e, 1, 16, {}), Status::kSuccess);
@@ -356,7 +382,7 @@ TEST_F(CudaBackendTest, HostileLaunchesAndModulesAreRejected) {
   EXPECT_EQ(launch(0, 123456, FillArgs{d, 1, 0, 16}), Status::kInvalidDeviceFunction);
   EXPECT_EQ(launch(0, fill, FillArgs{d, 1, 0, 16}, {0}, {1}), Status::kInvalidConfiguration);
   EXPECT_EQ(launch(0, fill, FillArgs{d, 1, 0, 16}, {1}, {2048}), Status::kInvalidConfiguration);
-  EXPECT_EQ(launch(9, fill, FillArgs{d, 1, 0, 16}), Status::kInvalidResourceHandle);
+  EXPECT_EQ(launch(S(9), fill, FillArgs{d, 1, 0, 16}), Status::kInvalidResourceHandle);
   // Fewer argument bytes than the kernel's parameters: the driver would read past them.
   struct Short {
     uint64_t p;
@@ -386,6 +412,261 @@ TEST_F(CudaBackendTest, HostileLaunchesAndModulesAreRejected) {
   EXPECT_EQ(b_->kernel_lookup(m, "fill", &k), Status::kInvalidResourceHandle);
   load(1, "ORDO_TEST_FATBIN");
   EXPECT_NE(kernel(1, "fill"), fill);
+}
+
+// ---------------------------------------------------------------- devices
+
+TEST(CudaDevices, OneListedDeviceIsTheSessionsOnlyDevice) {
+  std::string err;
+  auto b = cuda::make_cuda_backend({0}, &err);
+  ASSERT_TRUE(b) << err;
+  EXPECT_EQ(b->device_count(), 1u);
+  DeviceInfo d{};
+  EXPECT_EQ(b->device_info(0, &d), Status::kSuccess);
+  EXPECT_EQ(b->device_info(1, &d), Status::kInvalidDevice);
+  int32_t attrs[kDeviceAttributesPerCall] = {};
+  EXPECT_EQ(b->device_attributes(0, 0, attrs), Status::kSuccess);
+  EXPECT_EQ(attrs[10], 32) << "CU_DEVICE_ATTRIBUTE_WARP_SIZE";
+  EXPECT_EQ(b->device_attributes(1, 0, attrs), Status::kInvalidDevice);
+  uint64_t a = 0;
+  EXPECT_EQ(b->malloc(1, 64, &a), Status::kInvalidDevice);
+  EXPECT_EQ(b->stream_create(S(1), 1, false, 0), Status::kInvalidDevice);
+  EXPECT_EQ(b->event_create(1, 1, 0), Status::kInvalidDevice);
+  EXPECT_EQ(b->launch(1, LaunchParams{}, OpTag{}), Status::kInvalidResourceHandle) << "stream 1 is device 1's";
+  EXPECT_FALSE(b->can_access_peer(0, 1));
+  EXPECT_EQ(b->set_peer_access(0, 1, true), Status::kInvalidDevice);
+}
+
+TEST(CudaDevices, MissingRepeatedAndTooManyDevicesAreRefused) {
+  std::string err;
+  EXPECT_FALSE(cuda::make_cuda_backend({0, 0}, &err));
+  EXPECT_NE(err.find("device 0 is listed twice"), std::string::npos) << err;
+  err.clear();
+  EXPECT_FALSE(cuda::make_cuda_backend({99}, &err));
+  EXPECT_NE(err.find("no CUDA device 99"), std::string::npos) << err;
+  EXPECT_NE(err.find("visible"), std::string::npos) << "says which devices exist: " << err;
+  err.clear();
+  EXPECT_FALSE(cuda::make_cuda_backend({0, -1}, &err));
+  EXPECT_NE(err.find("no CUDA device -1"), std::string::npos) << err;
+  err.clear();
+  EXPECT_FALSE(cuda::make_cuda_backend(std::vector<int>(kMaxDevices + 1, 0), &err));
+  EXPECT_NE(err.find("at most " + std::to_string(kMaxDevices)), std::string::npos) << err;
+}
+
+TEST(CudaDevices, EveryVisibleDeviceByDefaultInCudaOrder) {
+  const int n = cuda::probe().count;
+  if (n > int(kMaxDevices)) GTEST_SKIP() << n << " devices: more than a session may see";
+  std::string err;
+  auto b = make_backend("cuda", &err);
+  ASSERT_TRUE(b) << err;
+  ASSERT_EQ(b->device_count(), uint32_t(n));
+  for (int i = 0; i < n; ++i) {
+    DeviceInfo d{};
+    ASSERT_EQ(b->device_info(uint32_t(i), &d), Status::kSuccess);
+    cudaDeviceProp p{};
+    ASSERT_EQ(cudaGetDeviceProperties(&p, i), cudaSuccess);
+    EXPECT_EQ(std::memcmp(d.uuid, p.uuid.bytes, sizeof d.uuid), 0) << "device " << i;
+  }
+}
+
+// Host devices 0 and 1 as the session's 0 and 1; skipped on a machine with one.
+class TwoDevicesTest : public CudaBackendTest {
+ protected:
+  void SetUp() override {
+    const int n = cuda::probe().count;
+    if (n < 2) GTEST_SKIP() << "needs 2 CUDA devices, this machine has " << n;
+    std::string err;
+    b_ = cuda::make_cuda_backend({0, 1}, &err);
+    ASSERT_TRUE(b_) << err;
+    ASSERT_EQ(b_->device_count(), 2u);
+    attach_host();
+  }
+};
+
+TEST_F(TwoDevicesTest, StreamsRunOnTheirDevice) {
+  const uint32_t fill = kernel(load(1, "ORDO_TEST_FATBIN"), "fill");
+  const uint64_t n = 1 << 16;
+  const uint64_t d0 = alloc(n * 4, 0), d1 = alloc(n * 4, 1);
+  EXPECT_EQ(device_of(d0), 0);
+  EXPECT_EQ(device_of(d1), 1);
+  // Stream 1 is device 1's legacy stream; without peer access a kernel that ran
+  // on device 0 could not write d1 (the fault would reach the error sink).
+  ASSERT_EQ(launch(0, fill, FillArgs{d0, 10, 0, n}), Status::kSuccess);
+  ASSERT_EQ(launch(1, fill, FillArgs{d1, 11, 0, n}), Status::kSuccess);
+  ASSERT_EQ(b_->memcpy(0, host(0), dev(d0), n * 4, {}), Status::kSuccess);
+  ASSERT_EQ(b_->memcpy(1, host(n * 4), dev(d1), n * 4, {}), Status::kSuccess);
+  sync(0);
+  sync(1);
+  for (uint64_t i = 0; i < n; i += 97) {
+    ASSERT_EQ(at<uint32_t>(0)[i], 10u) << i;
+    ASSERT_EQ(at<uint32_t>(n * 4)[i], 11u) << i;
+  }
+  // A created stream of device 1, and the built-in kernels there.
+  ASSERT_EQ(b_->stream_create(S(1), 1, false, 0), Status::kSuccess);
+  ASSERT_EQ(launch(S(1), fill, FillArgs{d1, 12, 0, n}), Status::kSuccess);
+  ASSERT_EQ(b_->memset(S(1), d1, 0, 8, {}), Status::kSuccess);
+  ASSERT_EQ(launch(S(1), kernel(0, "ordo_add_u64"), sim::AddU64Args{d1, 3}, {1}, {1}), Status::kSuccess);
+  ASSERT_EQ(b_->memcpy(S(1), host(0), dev(d1), n * 4, {}), Status::kSuccess);
+  sync(S(1));
+  EXPECT_EQ(*at<uint64_t>(0), 3u);
+  EXPECT_EQ(at<uint32_t>(0)[n - 1], 12u);
+  EXPECT_EQ(b_->stream_destroy(S(1)), Status::kSuccess);
+  EXPECT_EQ(b_->stream_destroy(1), Status::kInvalidResourceHandle) << "a legacy stream is not destroyed";
+  EXPECT_EQ(b_->free(d1), Status::kSuccess);
+  EXPECT_EQ(b_->free(d0), Status::kSuccess);
+}
+
+TEST_F(TwoDevicesTest, PeerCopiesAndCrossDeviceEventWaits) {
+  const uint32_t spin = kernel(load(1, "ORDO_TEST_FATBIN"), "spin_then_write");
+  const uint64_t n = 3 << 20;
+  for (uint64_t i = 0; i < n; ++i) at<uint8_t>(0)[i] = uint8_t(i * 13 + 5);
+  const uint64_t a = alloc(n, 0), b = alloc(n, 1), c = alloc(n, 0);
+  // Device 0 to device 1 on the source's stream, back on the destination's.
+  ASSERT_EQ(b_->memcpy(0, dev(a), host(0), n, {}), Status::kSuccess);
+  ASSERT_EQ(b_->memcpy(0, dev(b), dev(a), n, {}), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(1, 0, kEventDisableTiming), Status::kSuccess);
+  ASSERT_EQ(b_->event_record(0, 1), Status::kSuccess);
+  ASSERT_EQ(b_->stream_wait_event(1, 1), Status::kSuccess) << "device 1's stream waits for device 0's event";
+  ASSERT_EQ(b_->memcpy(1, dev(c), dev(b), n, {}), Status::kSuccess);
+  ASSERT_EQ(b_->memcpy(1, host(8 << 20), dev(c), n, {}), Status::kSuccess);
+  sync(1);
+  for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(at<uint8_t>(8 << 20)[i], uint8_t(i * 13 + 5)) << i;
+
+  // The wait holds device 1's work back until device 0's kernel is done.
+  ASSERT_EQ(b_->memset(0, a, 0, 8, {}), Status::kSuccess);
+  ASSERT_EQ(launch(0, spin, SpinArgs{a, 77, 100000}, {1}, {1}), Status::kSuccess);  // 100 ms
+  ASSERT_EQ(b_->event_record(0, 1), Status::kSuccess);
+  ASSERT_EQ(b_->stream_create(S(2), 1, false, 0), Status::kSuccess);
+  ASSERT_EQ(b_->stream_wait_event(S(2), 1), Status::kSuccess);
+  ASSERT_EQ(b_->memcpy(S(2), dev(b), dev(a), 8, {}), Status::kSuccess);
+  *at<uint64_t>(0) = 0;
+  ASSERT_EQ(b_->memcpy(S(2), host(0), dev(b), 8, {}), Status::kSuccess);
+  sync(S(2));
+  EXPECT_EQ(*at<uint64_t>(0), 77u) << "device 1 copied before the kernel on device 0 it waited for";
+  // An event is recorded only on a stream of its own device.
+  EXPECT_EQ(b_->event_record(1, 1), Status::kInvalidResourceHandle);
+}
+
+TEST_F(TwoDevicesTest, EachDeviceHasItsOwnCopyOfAModulesVariables) {
+  const uint32_t m = load(1, "ORDO_TEST_FATBIN");
+  uint64_t a0 = 0, s0 = 0, a1 = 0, s1 = 0;
+  // Device 1 first: its copy is loaded by the lookup, before any launch there.
+  ASSERT_EQ(b_->module_global(m, 1, "ordo_test_counter", 8, &a1, &s1), Status::kSuccess);
+  ASSERT_EQ(b_->module_global(m, 0, "ordo_test_counter", 8, &a0, &s0), Status::kSuccess);
+  EXPECT_EQ(s0, 8u);
+  EXPECT_EQ(s1, 8u);
+  EXPECT_NE(a0, a1);
+  EXPECT_EQ(device_of(a0), 0);
+  EXPECT_EQ(device_of(a1), 1);
+  EXPECT_EQ(b_->module_global(m, 2, "ordo_test_counter", 8, &a1, &s1), Status::kInvalidDevice);
+  uint64_t again = 0;
+  ASSERT_EQ(b_->module_global(m, 1, "ordo_test_counter", 8, &again, &s1), Status::kSuccess);
+  EXPECT_EQ(again, a1);
+
+  const uint32_t bump = kernel(m, "bump");
+  ASSERT_EQ(launch(0, bump, BumpArgs{1}, {1}, {1}), Status::kSuccess);
+  ASSERT_EQ(launch(1, bump, BumpArgs{2}, {1}, {1}), Status::kSuccess);
+  ASSERT_EQ(b_->memcpy(0, host(0), dev(a0), 8, {}), Status::kSuccess);
+  ASSERT_EQ(b_->memcpy(1, host(8), dev(a1), 8, {}), Status::kSuccess);
+  sync(0);
+  sync(1);
+  EXPECT_EQ(*at<uint64_t>(0), 6u);
+  EXPECT_EQ(*at<uint64_t>(8), 7u);
+  // Copies and memsets may target a variable, as they may an allocation.
+  *at<uint64_t>(16) = 100;
+  ASSERT_EQ(b_->memcpy(1, dev(a1), host(16), 8, {}), Status::kSuccess);
+  ASSERT_EQ(launch(1, bump, BumpArgs{1}, {1}, {1}), Status::kSuccess);
+  ASSERT_EQ(b_->memcpy(1, host(24), dev(a1), 8, {}), Status::kSuccess);
+  ASSERT_EQ(b_->memset(0, a0, 0, 8, {}), Status::kSuccess);
+  ASSERT_EQ(b_->memcpy(0, host(32), dev(a0), 8, {}), Status::kSuccess);
+  sync(0);
+  sync(1);
+  EXPECT_EQ(*at<uint64_t>(24), 101u);
+  EXPECT_EQ(*at<uint64_t>(32), 0u);
+  EXPECT_EQ(b_->memcpy(1, host(0), dev(a1), 16, {}), Status::kInvalidDevicePointer) << "past the variable";
+  // Unloading drops every device's copy.
+  ASSERT_EQ(b_->module_unload(m), Status::kSuccess);
+  EXPECT_EQ(b_->memcpy(1, host(0), dev(a1), 8, {}), Status::kInvalidDevicePointer);
+  EXPECT_EQ(launch(1, bump, BumpArgs{1}, {1}, {1}), Status::kInvalidDeviceFunction);
+}
+
+TEST_F(TwoDevicesTest, EventsAndNotificationsOfTheSecondDevice) {
+  const uint32_t spin = kernel(load(1, "ORDO_TEST_FATBIN"), "spin_then_write");
+  const uint64_t d = alloc(8, 1);
+  ASSERT_EQ(b_->stream_create(S(1), 1, true, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(1, 1, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_create(2, 1, 0), Status::kSuccess);
+  ASSERT_EQ(b_->event_record(S(1), 1), Status::kSuccess);
+  ASSERT_EQ(launch(S(1), spin, SpinArgs{d, 3, 200000}, {1}, {1}), Status::kSuccess);  // 200 ms
+  ASSERT_EQ(b_->event_record(S(1), 2), Status::kSuccess);
+  EXPECT_EQ(b_->event_query(2), Status::kNotReady);
+  std::promise<void> notified;
+  auto nf = notified.get_future();
+  b_->event_notify(2, [&] { notified.set_value(); });
+  std::promise<void> drained;
+  auto df = drained.get_future();
+  b_->stream_notify(S(1), [&] { drained.set_value(); });
+  ASSERT_EQ(nf.wait_for(10s), std::future_status::ready);
+  ASSERT_EQ(df.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(b_->event_query(2), Status::kSuccess);
+  float ms = 0;
+  ASSERT_EQ(b_->event_elapsed(1, 2, &ms), Status::kSuccess);
+  EXPECT_GT(ms, 150.0f);
+  // Device 1's legacy stream waits for its blocking streams, not device 0's.
+  ASSERT_EQ(launch(S(1), spin, SpinArgs{d, 4, 100000}, {1}, {1}), Status::kSuccess);
+  *at<uint64_t>(0) = 0;
+  ASSERT_EQ(b_->memcpy(1, host(0), dev(d), 8, {}), Status::kSuccess);
+  sync(1);
+  EXPECT_EQ(*at<uint64_t>(0), 4u) << "device 1's legacy stream did not wait for its blocking stream";
+  EXPECT_EQ(b_->event_destroy(1), Status::kSuccess);
+  EXPECT_EQ(b_->event_destroy(2), Status::kSuccess);
+  EXPECT_EQ(b_->stream_destroy(S(1)), Status::kSuccess);
+}
+
+TEST_F(TwoDevicesTest, PeerAccessIsCudas) {
+  int native = 0;
+  ASSERT_EQ(cudaDeviceCanAccessPeer(&native, 0, 1), cudaSuccess);
+  EXPECT_EQ(b_->can_access_peer(0, 1), native != 0);
+  EXPECT_FALSE(b_->can_access_peer(0, 0));
+  EXPECT_FALSE(b_->can_access_peer(0, 2));
+  EXPECT_EQ(b_->set_peer_access(1, 1, true), Status::kInvalidDevice);
+  if (!native) {
+    EXPECT_EQ(b_->set_peer_access(0, 1, true), Status::kPeerAccessUnsupported);
+    GTEST_SKIP() << "devices 0 and 1 have no peer access: checked only that it is refused";
+  }
+  ASSERT_EQ(b_->set_peer_access(0, 1, true), Status::kSuccess);
+  EXPECT_EQ(b_->set_peer_access(0, 1, true), Status::kPeerAccessAlreadyEnabled);
+  // Device 0's kernel writes device 1's memory.
+  const uint32_t fill = kernel(load(1, "ORDO_TEST_FATBIN"), "fill");
+  const uint64_t d1 = alloc(4096, 1);
+  ASSERT_EQ(launch(0, fill, FillArgs{d1, 0xABCD, 0, 1024}, {4}, {256}), Status::kSuccess);
+  sync(0);
+  ASSERT_EQ(b_->memcpy(1, host(0), dev(d1), 4096, {}), Status::kSuccess);
+  sync(1);
+  for (int i = 0; i < 1024; ++i) ASSERT_EQ(at<uint32_t>(0)[i], 0xABCDu) << i;
+  EXPECT_EQ(b_->set_peer_access(0, 1, false), Status::kSuccess);
+  EXPECT_EQ(b_->set_peer_access(0, 1, false), Status::kPeerAccessNotEnabled);
+}
+
+TEST_F(TwoDevicesTest, TheListedOrderIsTheSessionsOrder) {
+  std::string err;
+  auto swapped = cuda::make_cuda_backend({1, 0}, &err);
+  ASSERT_TRUE(swapped) << err;
+  for (uint32_t i = 0; i < 2; ++i) {
+    DeviceInfo a{}, b{};
+    ASSERT_EQ(b_->device_info(i, &a), Status::kSuccess);
+    ASSERT_EQ(swapped->device_info(1 - i, &b), Status::kSuccess);
+    EXPECT_EQ(std::memcmp(a.uuid, b.uuid, sizeof a.uuid), 0) << i;
+    int32_t x[kDeviceAttributesPerCall], y[kDeviceAttributesPerCall];
+    ASSERT_EQ(b_->device_attributes(i, 0, x), Status::kSuccess);
+    ASSERT_EQ(swapped->device_attributes(1 - i, 0, y), Status::kSuccess);
+    EXPECT_EQ(x[33], y[33]) << "CU_DEVICE_ATTRIBUTE_PCI_BUS_ID";
+  }
+  // Its device 0 is host device 1: memory from it is there.
+  uint64_t a = 0;
+  ASSERT_EQ(swapped->malloc(0, 64, &a), Status::kSuccess);
+  EXPECT_EQ(device_of(a), 1);
+  EXPECT_EQ(swapped->free(a), Status::kSuccess);
 }
 
 }  // namespace
