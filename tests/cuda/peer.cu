@@ -2,7 +2,8 @@
 // worker with --sim-devices 4. Each device gets its own memory, stream and
 // kernel chain; device 1 waits on an event of device 0's stream, pulls device
 // 0's result over with a peer copy and works on it; peer access is enabled,
-// used by a kernel, and disabled, with CUDA's errors for doing either twice.
+// used by a kernel, and disabled, with CUDA's errors for doing either twice;
+// module variables have a copy per device.
 // Exits 0 when every result is exactly right.
 #include <cuda_runtime.h>
 
@@ -16,6 +17,8 @@ __global__ void fill(int* p, int n, int v) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) p[i] = v + i;
 }
+
+__device__ int tag;  // one copy per device
 
 __global__ void add(int* p, int n, int v) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -92,6 +95,24 @@ int main() {
     cudaPointerAttributes attr{};
     CHECK(cudaPointerGetAttributes(&attr, b[d]));
     EXPECT(attr.type == cudaMemoryTypeDevice);
+    EXPECT(attr.device == d);
+  }
+
+  // Each device has its own copy of a module variable.
+  for (int d = 0; d < kDevices; ++d) {
+    CHECK(cudaSetDevice(d));
+    const int v = 100 + d;
+    CHECK(cudaMemcpyToSymbol(tag, &v, sizeof v));
+  }
+  for (int d = kDevices - 1; d >= 0; --d) {
+    CHECK(cudaSetDevice(d));
+    int v = -1;
+    CHECK(cudaMemcpyFromSymbol(&v, tag, sizeof v));
+    EXPECT(v == 100 + d);
+    void* p = nullptr;
+    CHECK(cudaGetSymbolAddress(&p, tag));
+    cudaPointerAttributes attr{};
+    CHECK(cudaPointerGetAttributes(&attr, p));
     EXPECT(attr.device == d);
   }
 

@@ -1275,8 +1275,10 @@ CUresult peer_access(CUcontext peer, bool enable) {
   CLIENT(c);
   const Context* self = current();
   const Context* other = context_of(peer);
-  if (!self || !other || other == self) return CUDA_ERROR_INVALID_CONTEXT;
-  if (other->device == self->device) return CUDA_ERROR_INVALID_DEVICE;  // what cudart says of its own device
+  if (!self || !other) return CUDA_ERROR_INVALID_CONTEXT;
+  // Its own device (the current context itself too): cudart passes this on
+  // unchanged, and cudaDeviceEnablePeerAccess answers cudaErrorInvalidDevice.
+  if (other->device == self->device) return CUDA_ERROR_INVALID_DEVICE;
   const auto dev = uint32_t(other->device);
   return to_cu(enable ? c->enable_peer_access(dev) : c->disable_peer_access(dev));
 }
