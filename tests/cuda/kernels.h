@@ -1,4 +1,4 @@
-// Parameter layouts of the kernels in basic.cu and seed.cu, shared by the
+// Parameter layouts of the kernels in basic.cu, seed.cu and peer.cu, shared by the
 // programs (device side) and their simulator twins (twins.cc): a twin reads the
 // packed parameter buffer as one of these structs (KernelContext::args<T>()).
 #pragma once
@@ -11,7 +11,7 @@ struct Pair {
   double c;
 };
 
-// fill(int* p, int n, int v)
+// fill(int* p, int n, int v), and add(int* p, int n, int v) of peer.cu
 struct FillArgs {
   uint64_t p;
   int32_t n;

@@ -11,6 +11,7 @@
 #
 # MODE:
 #   pass        the program must exit 0
+#   devices     the program must exit 0 on a worker simulating 4 devices (--sim-devices 4)
 #   ordered     the seed scenario under --chaos: never a violation, over several runs
 #   unordered   the seed scenario with ordering off (--unordered, ORDO_UNORDERED=1)
 #               and --chaos: must show a violation in at least one run, or the
@@ -70,6 +71,13 @@ run_passing() {  # run_passing [ENV=V...]: a worker, then the program with ARGS;
 case $mode in
   pass)
     start_worker
+    run_prog timeout 120 "$prog" "$@"
+    rc=$?
+    cat "$log"
+    exit $rc
+    ;;
+  devices)
+    start_worker --sim-devices 4
     run_prog timeout 120 "$prog" "$@"
     rc=$?
     cat "$log"

@@ -1,4 +1,4 @@
-// Host twins of the device kernels in basic.cu, seed.cu and unsupported.cu, for
+// Host twins of the device kernels in basic.cu, seed.cu, peer.cu and unsupported.cu, for
 // ordo-worker --sim-kernels: registered under the kernels' mangled names, each
 // reads the packed parameter buffer through its kernels.h struct and does what
 // the device code does, over the whole grid.
@@ -24,6 +24,14 @@ void fill(KernelContext& c) {
   const uint64_t n = std::min<uint64_t>(uint64_t(a.n), threads(c));
   int32_t* p = c.span<int32_t>(a.p, n);
   for (uint64_t i = 0; i < n; ++i) p[i] = a.v + int32_t(i);
+}
+
+void add(KernelContext& c) {
+  const auto a = c.args<FillArgs>();
+  if (a.n <= 0) return;
+  const uint64_t n = std::min<uint64_t>(uint64_t(a.n), threads(c));
+  int32_t* p = c.span<int32_t>(a.p, n);
+  for (uint64_t i = 0; i < n; ++i) p[i] += a.v;
 }
 
 void saxpy(KernelContext& c) {
@@ -64,6 +72,7 @@ void touch(KernelContext& c) {
 
 extern "C" void ordo_sim_register(void (*reg)(const char* name, ordo::sim::Kernel fn)) {
   reg("_Z4fillPiii", fill);
+  reg("_Z3addPiii", add);
   reg("_Z5saxpyfPKfPfi", saxpy);
   reg("_Z5mixedcds4PairPx", mixed);
   reg("_Z9slow_copyPKiPiij", slow_copy);

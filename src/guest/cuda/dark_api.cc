@@ -175,8 +175,8 @@ CUresult CUDAAPI integrity_check(uint32_t version, uint64_t unix_seconds, uint64
     case 1: out[0] = 0x1841181C03CB675C; out[1] = 0x8ED383AA1F4CD1E8; return CUDA_SUCCESS;
     default: break;
   }
-  DeviceHashInfo devices[16];
-  const int n = device_hash_info(devices, 16);
+  DeviceHashInfo devices[kMaxHashDevices];
+  const int n = device_hash_info(devices, kMaxHashDevices);
   if (n < 0) return CUresult(-n);
   IntegrityInput in{};
   in.driver_version = uint32_t(driver_version());

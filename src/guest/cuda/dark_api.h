@@ -17,6 +17,8 @@ struct DeviceHashInfo {
   int32_t pci_domain, pci_bus, pci_device;
 };
 static_assert(sizeof(DeviceHashInfo) == 28);
+// The most devices the check hashes: a session's most (ordo::kMaxDevices).
+inline constexpr int kMaxHashDevices = 32;
 
 // The answer INTEGRITY_CHECK slot 1 gives cudart: HMAC-MD2 (RFC 1319, RFC 2104)
 // under a fixed key over the caller's environment and the devices.

@@ -72,6 +72,9 @@ CUresult to_cu(Status s) {
     case Status::kInvalidPc: return CUDA_ERROR_INVALID_PC;
     case Status::kNoKernelImage: return CUDA_ERROR_NO_BINARY_FOR_GPU;
     case Status::kNotSupported: return CUDA_ERROR_NOT_SUPPORTED;
+    case Status::kPeerAccessUnsupported: return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+    case Status::kPeerAccessAlreadyEnabled: return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+    case Status::kPeerAccessNotEnabled: return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
   }
   // Other codes come from a real driver through the cuda backend as cudaError_t
   // numbers, which from 100 up are the driver's CUresult numbers too.
@@ -89,6 +92,8 @@ std::atomic<bool> g_exiting{false};
 std::once_flag g_attach_once;
 std::atomic<ordo::Client*> g_client{nullptr};
 CUresult g_attach_error = CUDA_ERROR_NOT_INITIALIZED;
+// The session's devices, set by cuInit before g_initialized; 0 until then.
+std::atomic<int> g_device_count{0};
 
 CUresult attach() {
   std::call_once(g_attach_once, [] {
@@ -109,44 +114,23 @@ __attribute__((destructor)) void detach() {
   delete g_client.exchange(nullptr, std::memory_order_acq_rel);
 }
 
+CUresult follow_context(ordo::Client* c);
+
+// Every call that reaches the client first moves the client's per-thread
+// device to the current context's (follow_context): what it creates or runs
+// on stream 0 then lands on that device.
 #define CLIENT(c)                                                     \
   if (!g_initialized.load(std::memory_order_acquire)) return CUDA_ERROR_NOT_INITIALIZED; \
   if (g_exiting.load(std::memory_order_relaxed)) return CUDA_ERROR_DEINITIALIZED; \
   ordo::Client* c = g_client.load(std::memory_order_acquire);         \
-  if (!c) return g_attach_error
+  if (!c) return g_attach_error;                                      \
+  if (CUresult e_ = follow_context(c); e_ != CUDA_SUCCESS) return e_
 
-// ---------------------------------------------------------------- devices
-
-constexpr int kAttrCount = 256;  // CU_DEVICE_ATTRIBUTE_MAX is below this in CUDA 13
-
-struct DeviceCache {
-  std::once_flag once;
-  CUresult error = CUDA_SUCCESS;
-  ordo::DeviceInfo info{};
-  int32_t attrs[kAttrCount] = {};
-};
-DeviceCache g_device;
-
-// Fetched once per process: every attribute is a guest-local read afterwards.
-CUresult device_cache(const DeviceCache** out) {
-  CLIENT(c);
-  std::call_once(g_device.once, [c] {
-    Status s = c->device_info(&g_device.info);
-    for (int first = 0; ok(s) && first < kAttrCount; first += int(ordo::kDeviceAttributesPerCall))
-      s = c->device_attributes(uint32_t(first), g_device.attrs + first);
-    g_device.error = to_cu(s);
-  });
-  *out = &g_device;
-  return g_device.error;
-}
-
-#define DEVICE(d)                                        \
-  const DeviceCache* d = nullptr;                        \
-  if (CUresult e_ = device_cache(&d); e_ != CUDA_SUCCESS) return e_
+bool valid_device(CUdevice dev) { return dev >= 0 && dev < g_device_count.load(std::memory_order_relaxed); }
 
 // ---------------------------------------------------------------- contexts
 
-// One primary context (device 0) plus any cuCtxCreate'd ones; all share the
+// One primary context per device plus any cuCtxCreate'd ones; all share the
 // client's session. Context-local storage is read on every runtime call: a
 // fixed array of (key, value) pairs read without a lock.
 struct Context {
@@ -168,18 +152,29 @@ struct Context {
   CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
 };
 
-Context g_primary;
+Context g_primaries[ordo::kMaxDevices];  // device d's is g_primaries[d]
 std::atomic<unsigned long long> g_next_ctx_id{1};
 std::mutex g_ctx_mu;
 std::vector<std::unique_ptr<Context>> g_contexts;  // created with cuCtxCreate; never freed (handles stay checkable)
 
 thread_local std::vector<Context*> t_ctx_stack;
+// This thread's device as the client has it (Client::set_device); the client
+// starts every thread on device 0.
+thread_local uint32_t t_client_device = 0;
 
 CUcontext handle(Context* c) { return reinterpret_cast<CUcontext>(c); }
 
+// A primary context is told by its address, without the lock: cls_get asks on every runtime call.
+Context* primary_of_handle(CUcontext h) {
+  const auto p = reinterpret_cast<uintptr_t>(h), first = reinterpret_cast<uintptr_t>(&g_primaries[0]);
+  if (p < first || (p - first) % sizeof(Context) != 0) return nullptr;
+  const uintptr_t i = (p - first) / sizeof(Context);
+  return i < uintptr_t(g_device_count.load(std::memory_order_relaxed)) ? &g_primaries[i] : nullptr;
+}
+
 Context* context_of(CUcontext h) {
+  if (Context* p = primary_of_handle(h)) return p;
   auto* c = reinterpret_cast<Context*>(h);
-  if (c == &g_primary) return c;
   std::lock_guard lock(g_ctx_mu);
   for (auto& p : g_contexts)
     if (p.get() == c) return c;
@@ -188,25 +183,90 @@ Context* context_of(CUcontext h) {
 
 Context* current() { return t_ctx_stack.empty() ? nullptr : t_ctx_stack.back(); }
 
-void init_primary() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    g_primary.primary = true;
-    g_primary.id = g_next_ctx_id.fetch_add(1);
-    g_primary.limits[CU_LIMIT_STACK_SIZE] = 1024;
-    g_primary.limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
-    g_primary.limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
-    g_primary.limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
-    g_primary.limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
-    g_primary.limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 32;
-  });
+// The device of the calling thread: its current context's, or with none, the
+// one the client last had for it.
+CUdevice this_device() {
+  const Context* x = current();
+  return x ? x->device : CUdevice(t_client_device);
 }
+
+// A compare per call when the context did not change. Hooks in the context
+// calls alone would miss contexts made current before the thread reached the
+// client, and cannot report a set_device that fails.
+CUresult follow_context(ordo::Client* c) {
+  const Context* x = current();
+  if (!x || uint32_t(x->device) == t_client_device) return CUDA_SUCCESS;
+  if (const Status s = c->set_device(uint32_t(x->device)); !ok(s)) return to_cu(s);
+  t_client_device = uint32_t(x->device);
+  return CUDA_SUCCESS;
+}
+
+// Runs `f` (client calls) with the client on `dev` for this thread, then back:
+// for device-wide work of a device that is not the current one.
+template <typename F>
+Status on_device(ordo::Client* c, CUdevice dev, F f) {
+  if (uint32_t(dev) == t_client_device) return f();
+  if (const Status s = c->set_device(uint32_t(dev)); !ok(s)) return s;
+  const Status r = f();
+  const Status back = c->set_device(t_client_device);
+  return ok(r) ? back : r;
+}
+
+void init_primaries() {  // once, by cuInit
+  for (int d = 0; d < g_device_count.load(); ++d) {
+    Context& p = g_primaries[d];
+    p.primary = true;
+    p.device = d;
+    p.id = g_next_ctx_id.fetch_add(1);
+    p.limits[CU_LIMIT_STACK_SIZE] = 1024;
+    p.limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
+    p.limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
+    p.limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
+    p.limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
+    p.limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 32;
+  }
+}
+
+// ---------------------------------------------------------------- devices
+
+constexpr int kAttrCount = 256;  // CU_DEVICE_ATTRIBUTE_MAX is below this in CUDA 13
+
+struct DeviceCache {
+  std::once_flag once;
+  CUresult error = CUDA_SUCCESS;
+  ordo::DeviceInfo info{};
+  int32_t attrs[kAttrCount] = {};
+};
+DeviceCache g_devices[ordo::kMaxDevices];
+
+// Fetched once per device and process: every attribute is a guest-local read afterwards.
+CUresult device_cache(CUdevice dev, const DeviceCache** out) {
+  CLIENT(c);
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  DeviceCache& d = g_devices[dev];
+  std::call_once(d.once, [c, dev, &d] {
+    Status s = c->device_info(uint32_t(dev), &d.info);
+    for (int first = 0; ok(s) && first < kAttrCount; first += int(ordo::kDeviceAttributesPerCall))
+      s = c->device_attributes(uint32_t(dev), uint32_t(first), d.attrs + first);
+    d.error = to_cu(s);
+  });
+  *out = &d;
+  return d.error;
+}
+
+// `d`: the cache of device `dev`; CUDA_ERROR_INVALID_DEVICE when there is no such device.
+#define DEVICE_OF(d, dev)                                \
+  const DeviceCache* d = nullptr;                        \
+  if (CUresult e_ = device_cache(dev, &d); e_ != CUDA_SUCCESS) return e_
+// The calling thread's device.
+#define DEVICE(d) DEVICE_OF(d, this_device())
 
 // ---------------------------------------------------------------- streams
 
 struct StreamMeta {
   std::atomic<unsigned> flags{0};
   std::atomic<int> priority{0};
+  std::atomic<Context*> ctx{nullptr};  // current when it was created; none: its device's primary
 };
 StreamMeta* stream_meta() {
   static auto* m = new StreamMeta[ordo::kMaxStreams];  // never freed: used from atexit handlers
@@ -254,17 +314,20 @@ struct Function {
 };
 
 // An image as the worker holds it, shared by every module loaded from the same
-// bytes: it goes to the worker once, and its device variables have one address.
+// bytes: it goes to the worker once, and its device variables have one address
+// per device.
 struct Image {
   uint32_t id = 0;  // the worker's module id
   int refs = 0;
-  std::map<std::string, std::pair<uint64_t, uint64_t>, std::less<>> globals;  // resolved: name -> (addr, size)
+  using Globals = std::map<std::string, std::pair<uint64_t, uint64_t>, std::less<>>;  // name -> (addr, size)
+  std::map<CUdevice, Globals> globals;  // resolved, by device
 };
 
 // One loaded image: CUmodule and CUlibrary are both this.
 struct Module {
   uint64_t key = 0;  // of its Image
   uint32_t id = 0;   // the worker's module id
+  CUdevice device = 0;  // the device current at load: a CUmodule's variables are its context's
   KernelLayouts layouts;
   GlobalSizes global_sizes;
   std::string parse_error;
@@ -380,6 +443,7 @@ CUresult load_module(const void* image, Module** out) {
                                                     &m->parse_error);
   (void)parsed;  // kernels without a layout fail when fetched, naming themselves
   m->key = hash_image(data, size);
+  m->device = this_device();
   Modules& ms = modules();
   std::lock_guard load(ms.load_mu);
   Image* img = nullptr;
@@ -421,7 +485,8 @@ CUresult unload_module(Module* m) {
     auto img = ms.images.find(m->key);
     if (img != ms.images.end() && --img->second.refs == 0) {
       drop = img->second.id;
-      for (auto& [n, g] : img->second.globals) device_allocs().erase(g.first);
+      for (auto& [dev, globals] : img->second.globals)
+        for (auto& [n, g] : globals) device_allocs().erase(g.first);
       ms.images.erase(img);
     }
     ms.live.erase(it);  // m is gone from here on
@@ -466,22 +531,24 @@ CUresult get_function(Module* m, const char* name, Function** out) {
   return CUDA_SUCCESS;
 }
 
-CUresult get_global(Module* m, const char* name, CUdeviceptr* addr, size_t* size) {
+// Device variable `name` of `m` as device `dev` has it.
+CUresult get_global(Module* m, const char* name, CUdeviceptr* addr, size_t* size, CUdevice dev) {
   CLIENT(c);
   if (!m) return CUDA_ERROR_INVALID_HANDLE;
   if (!name) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = check_name_fits(name, "device variable"); e != CUDA_SUCCESS) return e;
   Modules& ms = modules();
   std::lock_guard load(ms.load_mu);  // keeps the image loaded while its variable is resolved
-  Image& img = ms.images.at(m->key);
-  auto it = img.globals.find(std::string_view(name));
-  if (it == img.globals.end()) {
+  Image::Globals& globals = ms.images.at(m->key).globals[dev];
+  auto it = globals.find(std::string_view(name));
+  if (it == globals.end()) {
     auto sz = m->global_sizes.find(std::string_view(name));
+    const uint64_t hint = sz == m->global_sizes.end() ? 0 : sz->second;
     uint64_t a = 0, n = 0;
-    const Status s = c->module_global(m->id, name, sz == m->global_sizes.end() ? 0 : sz->second, &a, &n);
+    const Status s = on_device(c, dev, [&] { return c->module_global(m->id, name, hint, &a, &n); });
     if (!ok(s)) return to_cu(s);
-    device_allocs().add(a, n);  // cuMemcpy with unified addressing sees it as device memory
-    it = img.globals.emplace(name, std::make_pair(a, n)).first;
+    device_allocs().add(a, n, dev);  // cuMemcpy with unified addressing sees it as device memory
+    it = globals.emplace(name, std::make_pair(a, n)).first;
   }
   if (addr) *addr = it->second.first;
   if (size) *size = it->second.second;
@@ -552,6 +619,32 @@ CUresult copy(uint64_t dst, Side ds, uint64_t src, Side ss, size_t n, CUstream s
     if (ok(st)) std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
     return to_cu(st);
   }
+  if (ok(st) && sync) st = c->stream_synchronize(s);
+  return to_cu(st);
+}
+
+// cuMemcpyPeer: device memory of one context's device to another's.
+CUresult copy_peer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n, CUstream stream,
+                   bool sync, bool per_thread) {
+  CLIENT(c);
+  const Context* dc = context_of(dst_ctx);
+  const Context* sc = context_of(src_ctx);
+  if (!dc || !sc) return CUDA_ERROR_INVALID_CONTEXT;
+  if (n == 0) return CUDA_SUCCESS;
+  if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
+  ordo::Stream s = ordo::kLegacyStream;
+  if (sync) {
+    s = per_thread ? c->per_thread_stream() : ordo::kLegacyStream;
+    // The synchronous copy also follows the work of both devices, not only
+    // the current one's (whose legacy stream it goes on).
+    for (const CUdevice d : {sc->device, dc->device})
+      if (d != this_device())
+        if (const Status st = on_device(c, d, [c] { return c->stream_order_wait(ordo::kLegacyStream); }); !ok(st))
+          return to_cu(st);
+  } else if (!from_handle(c, stream, per_thread, &s)) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  Status st = c->memcpy_peer_async(dst, uint32_t(dc->device), src, uint32_t(sc->device), n, s);
   if (ok(st) && sync) st = c->stream_synchronize(s);
   return to_cu(st);
 }
@@ -640,6 +733,7 @@ CUresult stream_create(CUstream* out, unsigned flags, int priority) {
   if (!ok(st)) return to_cu(st);
   stream_meta()[s.id].flags.store(flags, std::memory_order_relaxed);
   stream_meta()[s.id].priority.store(priority, std::memory_order_relaxed);
+  stream_meta()[s.id].ctx.store(current(), std::memory_order_relaxed);
   *out = to_handle(s);
   return CUDA_SUCCESS;
 }
@@ -651,11 +745,11 @@ CUresult stream_create(CUstream* out, unsigned flags, int priority) {
 CUresult primary_context(CUdevice dev, CUcontext* out) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   if (!g_initialized.load(std::memory_order_acquire)) return CUDA_ERROR_NOT_INITIALIZED;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  init_primary();
-  g_primary.primary_refs.fetch_add(1, std::memory_order_relaxed);
-  g_primary.primary_active.store(true, std::memory_order_relaxed);
-  *out = handle(&g_primary);
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  Context& p = g_primaries[dev];
+  p.primary_refs.fetch_add(1, std::memory_order_relaxed);
+  p.primary_active.store(true, std::memory_order_relaxed);
+  *out = handle(&p);
   return CUDA_SUCCESS;
 }
 
@@ -694,8 +788,8 @@ CUresult CUDAAPI cls_delete(CUcontext ctx, void* key) {
 
 CUresult CUDAAPI cls_get(void** value, CUcontext ctx, void* key) {
   if (!value) return CUDA_ERROR_INVALID_VALUE;
-  // The primary context is by far the common case: no lookup.
-  Context* c = ctx == handle(&g_primary) ? &g_primary : ctx ? context_of(ctx) : current();
+  // A primary context is by far the common case: context_of finds it without the lock.
+  Context* c = ctx ? context_of(ctx) : current();
   if (!c) return CUDA_ERROR_INVALID_CONTEXT;
   for (auto& s : c->cls)
     if (s.key.load(std::memory_order_acquire) == key) {
@@ -705,15 +799,20 @@ CUresult CUDAAPI cls_get(void** value, CUcontext ctx, void* key) {
   return CUDA_ERROR_INVALID_HANDLE;
 }
 
+static_assert(kMaxHashDevices >= int(ordo::kMaxDevices));
+
 int device_hash_info(DeviceHashInfo* out, int max) {
   const DeviceCache* d = nullptr;
-  if (CUresult e = device_cache(&d); e != CUDA_SUCCESS) return -int(e);
-  if (max < 1) return 0;
-  std::memcpy(out[0].uuid, d->info.uuid, 16);
-  out[0].pci_domain = d->attrs[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID];
-  out[0].pci_bus = d->attrs[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID];
-  out[0].pci_device = d->attrs[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID];
-  return 1;
+  if (CUresult e = device_cache(0, &d); e != CUDA_SUCCESS) return -int(e);  // not initialized, worker gone
+  const int n = std::min(g_device_count.load(), max);
+  for (int i = 0; i < n; ++i) {
+    if (CUresult e = device_cache(i, &d); e != CUDA_SUCCESS) return -int(e);
+    std::memcpy(out[i].uuid, d->info.uuid, 16);
+    out[i].pci_domain = d->attrs[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID];
+    out[i].pci_bus = d->attrs[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID];
+    out[i].pci_device = d->attrs[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID];
+  }
+  return std::max(n, 0);
 }
 
 int driver_version() { return CUDA_VERSION; }
@@ -752,8 +851,12 @@ CUresult CUDAAPI cuInit(unsigned int flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = attach(); e != CUDA_SUCCESS) return e;
   static std::once_flag once;
-  std::call_once(once, [] { std::atexit([] { g_exiting.store(true); }); });
-  init_primary();
+  std::call_once(once, [] {
+    std::atexit([] { g_exiting.store(true); });
+    const uint32_t n = g_client.load(std::memory_order_acquire)->device_count();
+    g_device_count.store(int(std::min<uint32_t>(n, ordo::kMaxDevices)));
+    init_primaries();
+  });
   g_initialized.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
 }
@@ -815,6 +918,11 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char** str) {
     case CUDA_ERROR_ILLEGAL_ADDRESS: *str = "an illegal memory access was encountered"; break;
     case CUDA_ERROR_MISALIGNED_ADDRESS: *str = "misaligned address"; break;
     case CUDA_ERROR_LAUNCH_FAILED: *str = "unspecified launch failure"; break;
+    case CUDA_ERROR_INVALID_DEVICE: *str = "invalid device ordinal"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *str = "invalid device context"; break;
+    case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: *str = "peer access is not supported between these two devices"; break;
+    case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: *str = "peer access is already enabled"; break;
+    case CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: *str = "peer access has not been enabled"; break;
     default: *str = error_name(int(error)); break;
   }
   return *str ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -835,7 +943,7 @@ CUresult CUDAAPI cuDeviceGetCount(int* count) {
   if (!count) return CUDA_ERROR_INVALID_VALUE;
   CLIENT(c);
   (void)c;
-  *count = 1;
+  *count = g_device_count.load(std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 
@@ -843,31 +951,28 @@ CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
   if (!device) return CUDA_ERROR_INVALID_VALUE;
   CLIENT(c);
   (void)c;
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *device = 0;
+  if (!valid_device(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
   if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE(d);
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  DEVICE_OF(d, dev);
   std::snprintf(name, size_t(len), "%.*s", int(sizeof d->info.name), d->info.name);
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   if (!bytes) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE(d);
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  DEVICE_OF(d, dev);
   *bytes = d->info.total_global_mem;
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice dev) {
   if (!value) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE(d);
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  DEVICE_OF(d, dev);
   if (int(attr) <= 0 || int(attr) >= CU_DEVICE_ATTRIBUTE_MAX || int(attr) >= kAttrCount)
     return CUDA_ERROR_INVALID_VALUE;
   *value = d->attrs[attr];
@@ -876,8 +981,7 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdev
 
 CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
   if (!uuid) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE(d);
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  DEVICE_OF(d, dev);
   std::memcpy(uuid->bytes, d->info.uuid, 16);
   return CUDA_SUCCESS;
 }
@@ -885,8 +989,7 @@ CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return cuDevic
 
 CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
   if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE(d);
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  DEVICE_OF(d, dev);
   *major = d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR];
   *minor = d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR];
   return CUDA_SUCCESS;
@@ -894,8 +997,7 @@ CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice dev)
 
 CUresult CUDAAPI cuDeviceGetPCIBusId(char* id, int len, CUdevice dev) {
   if (!id || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE(d);
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  DEVICE_OF(d, dev);
   std::snprintf(id, size_t(len), "%08x:%02x:%02x.0", unsigned(d->attrs[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID]),
                 unsigned(d->attrs[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID]),
                 unsigned(d->attrs[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID]));
@@ -904,33 +1006,48 @@ CUresult CUDAAPI cuDeviceGetPCIBusId(char* id, int len, CUdevice dev) {
 
 CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice* dev, const char* id) {
   if (!dev || !id) return CUDA_ERROR_INVALID_VALUE;
-  char mine[32];
-  if (CUresult e = cuDeviceGetPCIBusId(mine, sizeof mine, 0); e != CUDA_SUCCESS) return e;
+  CLIENT(c);
+  (void)c;
   unsigned dom = 0, bus = 0, d = 0;
   if (std::sscanf(id, "%x:%x:%x", &dom, &bus, &d) != 3 && (dom = 0, std::sscanf(id, "%x:%x", &bus, &d) != 2))
     return CUDA_ERROR_INVALID_VALUE;
-  unsigned mdom, mbus, md;
-  std::sscanf(mine, "%x:%x:%x", &mdom, &mbus, &md);
-  if (dom != mdom || bus != mbus || d != md) return CUDA_ERROR_INVALID_DEVICE;
-  *dev = 0;
-  return CUDA_SUCCESS;
+  for (CUdevice i = 0; i < g_device_count.load(std::memory_order_relaxed); ++i) {
+    DEVICE_OF(info, i);
+    if (dom == unsigned(info->attrs[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID]) &&
+        bus == unsigned(info->attrs[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID]) &&
+        d == unsigned(info->attrs[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID])) {
+      *dev = i;
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_DEVICE;
 }
 
 CUresult CUDAAPI cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
   if (!can) return CUDA_ERROR_INVALID_VALUE;
   CLIENT(c);
-  (void)c;
-  if (dev != 0 || peer != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *can = 0;
-  return CUDA_SUCCESS;
+  if (!valid_device(dev) || !valid_device(peer)) return CUDA_ERROR_INVALID_DEVICE;
+  if (dev == peer) {
+    *can = 0;  // as CUDA: a device is not its own peer
+    return CUDA_SUCCESS;
+  }
+  return to_cu(c->can_access_peer(can, uint32_t(dev), uint32_t(peer)));
 }
 
-CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute, CUdevice src, CUdevice dst) {
+CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attr, CUdevice src, CUdevice dst) {
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   CLIENT(c);
-  (void)c;
-  if (src != 0 || dst != 0) return CUDA_ERROR_INVALID_DEVICE;
-  return CUDA_ERROR_INVALID_DEVICE;  // one device: no pair of distinct devices exists
+  if (!valid_device(src) || !valid_device(dst) || src == dst) return CUDA_ERROR_INVALID_DEVICE;
+  switch (attr) {
+    case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK:
+    case CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED: *value = 0; return CUDA_SUCCESS;
+    // A peer the device can reach at all it reaches fully: atomics and arrays included.
+    case CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED:
+      return to_cu(c->can_access_peer(value, uint32_t(src), uint32_t(dst)));
+  }
+  return CUDA_ERROR_INVALID_VALUE;
 }
 
 // ---- primary and current contexts
@@ -940,10 +1057,11 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) { return
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   CLIENT(c);
   (void)c;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  if (g_primary.primary_refs.load() <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  Context& p = g_primaries[dev];
+  if (p.primary_refs.load() <= 0) return CUDA_ERROR_INVALID_CONTEXT;
   // The context stays usable: its state lives in the worker session, freed at exit.
-  if (g_primary.primary_refs.fetch_sub(1) == 1) g_primary.primary_active.store(false);
+  if (p.primary_refs.fetch_sub(1) == 1) p.primary_active.store(false);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
@@ -951,9 +1069,9 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimar
 CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   CLIENT(c);
   (void)c;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (flags & ~unsigned(CU_CTX_FLAGS_MASK)) return CUDA_ERROR_INVALID_VALUE;
-  g_primary.flags = flags;
+  g_primaries[dev].flags = flags;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
@@ -964,17 +1082,17 @@ CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, i
   if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
   CLIENT(c);
   (void)c;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *flags = g_primary.flags;
-  *active = g_primary.primary_active.load() ? 1 : 0;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *flags = g_primaries[dev].flags;
+  *active = g_primaries[dev].primary_active.load() ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   CLIENT(c);
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   // Waits for the device; the session's allocations stay (freed when the program exits).
-  return to_cu(c->device_synchronize());
+  return to_cu(on_device(c, dev, [c] { return c->device_synchronize(); }));
 }
 CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
 
@@ -1018,11 +1136,12 @@ CUresult CUDAAPI cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice dev
   if (!ctx) return CUDA_ERROR_INVALID_VALUE;
   CLIENT(cl);
   (void)cl;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   auto c = std::make_unique<Context>();
+  c->device = dev;
   c->flags = flags;
   c->id = g_next_ctx_id.fetch_add(1);
-  std::copy(std::begin(g_primary.limits), std::end(g_primary.limits), c->limits);
+  std::copy(std::begin(g_primaries[dev].limits), std::end(g_primaries[dev].limits), c->limits);
   Context* raw = c.get();
   {
     std::lock_guard lock(g_ctx_mu);
@@ -1038,8 +1157,8 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   Context* c = context_of(ctx);
   if (!c || c->primary) return CUDA_ERROR_INVALID_CONTEXT;
   std::erase(t_ctx_stack, c);
-  // Contexts share the session: destroying one waits for the device, as CUDA does.
-  return to_cu(cl->device_synchronize());
+  // Contexts share the session: destroying one waits for its device, as CUDA does.
+  return to_cu(on_device(cl, c->device, [cl] { return cl->device_synchronize(); }));
 }
 
 CUresult CUDAAPI cuCtxGetDevice(CUdevice* dev) {
@@ -1096,8 +1215,9 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
 }
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
   CLIENT(c);
-  if (ctx && !context_of(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  return to_cu(c->device_synchronize());
+  const Context* x = ctx ? context_of(ctx) : current();
+  if (ctx && !x) return CUDA_ERROR_INVALID_CONTEXT;
+  return to_cu(on_device(c, x ? x->device : this_device(), [c] { return c->device_synchronize(); }));
 }
 
 CUresult CUDAAPI cuCtxGetLimit(size_t* value, CUlimit limit) {
@@ -1149,6 +1269,25 @@ CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* least, int* greatest) {
 
 CUresult CUDAAPI cuCtxResetPersistingL2Cache(void) { return CUDA_SUCCESS; }  // a hint: nothing persists here
 
+// Peer access is kept per pair of devices (by the worker), from the current
+// context's device to `peer`'s.
+CUresult peer_access(CUcontext peer, bool enable) {
+  CLIENT(c);
+  const Context* self = current();
+  const Context* other = context_of(peer);
+  if (!self || !other) return CUDA_ERROR_INVALID_CONTEXT;
+  // Its own device (the current context itself too): cudart passes this on
+  // unchanged, and cudaDeviceEnablePeerAccess answers cudaErrorInvalidDevice.
+  if (other->device == self->device) return CUDA_ERROR_INVALID_DEVICE;
+  const auto dev = uint32_t(other->device);
+  return to_cu(enable ? c->enable_peer_access(dev) : c->disable_peer_access(dev));
+}
+CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return peer_access(peer, true);
+}
+CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer) { return peer_access(peer, false); }
+
 // ---- memory
 
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* ptr, size_t size) {
@@ -1158,7 +1297,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* ptr, size_t size) {
   uint64_t addr = 0;
   const Status s = c->malloc(&addr, size);
   if (!ok(s)) return s == Status::kInvalidValue ? CUDA_ERROR_OUT_OF_MEMORY : to_cu(s);
-  device_allocs().add(addr, size);
+  device_allocs().add(addr, size, this_device());
   *ptr = addr;
   return CUDA_SUCCESS;
 }
@@ -1185,7 +1324,7 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr ptr) {
 CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
   if (!free || !total) return CUDA_ERROR_INVALID_VALUE;
   DEVICE(d);
-  const uint64_t used = device_allocs().total();
+  const uint64_t used = device_allocs().total(this_device());
   *total = d->info.total_global_mem;
   *free = used < *total ? *total - used : 0;  // this program's view only
   return CUDA_SUCCESS;
@@ -1211,7 +1350,7 @@ CUresult CUDAAPI cuMemHostAlloc(void** ptr, size_t size, unsigned int flags) {
   const Status s = c->malloc_host(ptr, size);
   if (!ok(s)) return to_cu(s);
   HostRanges& h = host_allocs();
-  h.add(reinterpret_cast<uintptr_t>(*ptr), size);
+  h.add(reinterpret_cast<uintptr_t>(*ptr), size, this_device());
   std::lock_guard lock(h.flags_mu);
   h.flags[reinterpret_cast<uintptr_t>(*ptr)] = flags;
   return CUDA_SUCCESS;
@@ -1246,7 +1385,7 @@ CUresult CUDAAPI cuMemHostRegister_v2(void* ptr, size_t size, unsigned int flags
   (void)c;
   HostRanges& h = host_allocs();
   if (h.find(reinterpret_cast<uintptr_t>(ptr), nullptr, nullptr)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-  h.add(reinterpret_cast<uintptr_t>(ptr), size);
+  h.add(reinterpret_cast<uintptr_t>(ptr), size, this_device());
   std::lock_guard lock(h.flags_mu);
   h.flags[reinterpret_cast<uintptr_t>(ptr)] = flags;
   return CUDA_SUCCESS;
@@ -1264,11 +1403,12 @@ CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUd
   CLIENT(c);
   (void)c;
   uint64_t base = 0, size = 0;
-  const bool dev = device_allocs().find(ptr, &base, &size);
-  const bool host = !dev && host_allocs().find(ptr, &base, &size);
+  int device = 0;  // the one it was allocated on (host memory: the allocating thread's)
+  const bool dev = device_allocs().find(ptr, &base, &size, &device);
+  const bool host = !dev && host_allocs().find(ptr, &base, &size, &device);
   if (!dev && !host) return CUDA_ERROR_INVALID_VALUE;  // memory CUDA does not know
   switch (attr) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = handle(&g_primary); break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = handle(&g_primaries[device]); break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned*>(data) = dev ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
       break;
@@ -1281,7 +1421,7 @@ CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUd
       *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
       break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = 0; break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = 0; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = device; break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = base; break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = base; break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = size; break;
@@ -1369,6 +1509,20 @@ CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, 
   return copy(dst, side_of(dst), src, side_of(src), n, s, false, true);
 }
 #undef H
+CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n) {
+  return copy_peer(dst, dst_ctx, src, src_ctx, n, nullptr, true, false);
+}
+CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n) {
+  return copy_peer(dst, dst_ctx, src, src_ctx, n, nullptr, true, true);
+}
+CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n,
+                                   CUstream s) {
+  return copy_peer(dst, dst_ctx, src, src_ctx, n, s, false, false);
+}
+CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
+                                        size_t n, CUstream s) {
+  return copy_peer(dst, dst_ctx, src, src_ctx, n, s, false, true);
+}
 CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D* p) { return copy_2d(p, nullptr, true, false); }
 CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* p) { return copy_2d(p, nullptr, true, true); }
 CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* p) { return copy_2d(p, nullptr, true, false); }
@@ -1515,21 +1669,69 @@ CUresult CUDAAPI cuStreamGetId_ptsz(CUstream h, unsigned long long* id) {
   *id = uint64_t(s.generation) << 32 | s.id;
   return CUDA_SUCCESS;
 }
+// The context and device of a stream. The special handles (0, CU_STREAM_LEGACY,
+// CU_STREAM_PER_THREAD) name the current context's default streams.
+CUresult stream_home(CUstream h, bool per_thread, Context** ctx, CUdevice* dev) {
+  CLIENT(c);
+  STREAM(c, h, per_thread, s);
+  const auto raw = reinterpret_cast<uintptr_t>(h);
+  if (raw == 0 || raw == kLegacyHandle || raw == kPerThreadHandle) {
+    *ctx = current();
+    if (!*ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    *dev = (*ctx)->device;
+    return CUDA_SUCCESS;
+  }
+  uint32_t d = 0;
+  if (!c->device_of(s, &d)) return CUDA_ERROR_INVALID_HANDLE;
+  *dev = CUdevice(d);
+  *ctx = stream_meta()[s.id].ctx.load(std::memory_order_relaxed);
+  if (!*ctx || (*ctx)->device != *dev) *ctx = &g_primaries[d];  // made where no context was current
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuStreamGetCtx(CUstream h, CUcontext* ctx) {
   if (!ctx) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  STREAM(c, h, false, s);
-  (void)s;
-  *ctx = handle(&g_primary);
+  Context* x = nullptr;
+  CUdevice d = 0;
+  if (CUresult e = stream_home(h, false, &x, &d); e != CUDA_SUCCESS) return e;
+  *ctx = handle(x);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream h, CUcontext* ctx) {
+  if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+  Context* x = nullptr;
+  CUdevice d = 0;
+  if (CUresult e = stream_home(h, true, &x, &d); e != CUDA_SUCCESS) return e;
+  *ctx = handle(x);
+  return CUDA_SUCCESS;
+}
+// No green contexts here: *green is always NULL.
+CUresult CUDAAPI cuStreamGetCtx_v2(CUstream h, CUcontext* ctx, CUgreenCtx* green) {
+  if (!ctx && !green) return CUDA_ERROR_INVALID_VALUE;
+  Context* x = nullptr;
+  CUdevice d = 0;
+  if (CUresult e = stream_home(h, false, &x, &d); e != CUDA_SUCCESS) return e;
+  if (ctx) *ctx = handle(x);
+  if (green) *green = nullptr;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream h, CUcontext* ctx, CUgreenCtx* green) {
+  if (!ctx && !green) return CUDA_ERROR_INVALID_VALUE;
+  Context* x = nullptr;
+  CUdevice d = 0;
+  if (CUresult e = stream_home(h, true, &x, &d); e != CUDA_SUCCESS) return e;
+  if (ctx) *ctx = handle(x);
+  if (green) *green = nullptr;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamGetDevice(CUstream h, CUdevice* dev) {
   if (!dev) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  STREAM(c, h, false, s);
-  (void)s;
-  *dev = 0;
-  return CUDA_SUCCESS;
+  Context* x = nullptr;
+  return stream_home(h, false, &x, dev);
+}
+CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream h, CUdevice* dev) {
+  if (!dev) return CUDA_ERROR_INVALID_VALUE;
+  Context* x = nullptr;
+  return stream_home(h, true, &x, dev);
 }
 
 // Stream capture is not offered: no stream is ever capturing.
@@ -1696,10 +1898,11 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction* out, CUmodule m, const char* na
 }
 
 CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr* addr, size_t* size, CUmodule m, const char* name) {
-  return get_global(module_of(m), name, addr, size);
+  Module* mod = module_of(m);
+  return get_global(mod, name, addr, size, mod ? mod->device : 0);
 }
 CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr* addr, size_t* size, CUlibrary lib, const char* name) {
-  return get_global(module_of(lib), name, addr, size);
+  return get_global(module_of(lib), name, addr, size, this_device());  // a library serves every context
 }
 
 CUresult CUDAAPI cuLibraryLoadData(CUlibrary* out, const void* image, CUjit_option*, void**, unsigned int,
@@ -1738,7 +1941,7 @@ CUresult CUDAAPI cuLibraryGetModule(CUmodule* out, CUlibrary lib) {
 CUresult CUDAAPI cuKernelGetFunction(CUfunction* out, CUkernel k) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   if (!function_of(k)) return CUDA_ERROR_INVALID_HANDLE;
-  *out = reinterpret_cast<CUfunction>(k);  // one context: a kernel is its function
+  *out = reinterpret_cast<CUfunction>(k);  // kernel ids serve every device: a kernel is its function everywhere
   return CUDA_SUCCESS;
 }
 
@@ -1784,11 +1987,11 @@ CUresult CUDAAPI cuKernelGetParamInfo(CUkernel k, size_t index, size_t* offset, 
 
 // Function attributes: the limits of the device; per-kernel resource use
 // (registers, local memory) is the host compiler's and is not reported.
-CUresult CUDAAPI cuFuncGetAttribute(int* value, CUfunction_attribute attr, CUfunction fn) {
+CUresult func_attribute(int* value, CUfunction_attribute attr, CUfunction fn, CUdevice dev) {
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   Function* f = function_of(fn);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  DEVICE(d);
+  DEVICE_OF(d, dev);
   const int cc = d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] * 10 +
                  d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR];
   switch (attr) {
@@ -1812,15 +2015,18 @@ CUresult CUDAAPI cuFuncGetAttribute(int* value, CUfunction_attribute attr, CUfun
   }
   return CUDA_SUCCESS;
 }
+CUresult CUDAAPI cuFuncGetAttribute(int* value, CUfunction_attribute attr, CUfunction fn) {
+  return func_attribute(value, attr, fn, this_device());
+}
 CUresult CUDAAPI cuKernelGetAttribute(int* value, CUfunction_attribute attr, CUkernel k, CUdevice dev) {
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  return cuFuncGetAttribute(value, attr, reinterpret_cast<CUfunction>(k));
+  return func_attribute(value, attr, reinterpret_cast<CUfunction>(k), dev);
 }
 
-CUresult CUDAAPI cuFuncSetAttribute(CUfunction fn, CUfunction_attribute attr, int value) {
+// A kernel's attributes are kept once for every device (the session's devices are alike).
+CUresult func_set_attribute(CUfunction fn, CUfunction_attribute attr, int value, CUdevice dev) {
   Function* f = function_of(fn);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  DEVICE(d);
+  DEVICE_OF(d, dev);
   switch (attr) {
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
       if (value < 0 || value > d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN])
@@ -1833,15 +2039,17 @@ CUresult CUDAAPI cuFuncSetAttribute(CUfunction fn, CUfunction_attribute attr, in
     default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction fn, CUfunction_attribute attr, int value) {
+  return func_set_attribute(fn, attr, value, this_device());
+}
 CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attr, int value, CUkernel k, CUdevice dev) {
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  return cuFuncSetAttribute(reinterpret_cast<CUfunction>(k), attr, value);
+  return func_set_attribute(reinterpret_cast<CUfunction>(k), attr, value, dev);
 }
 CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction fn, CUfunc_cache) {
   return function_of(fn) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;  // a preference
 }
 CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel k, CUfunc_cache, CUdevice dev) {
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   return function_of(k) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 

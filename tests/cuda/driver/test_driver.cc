@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -27,8 +28,10 @@
 
 namespace ordo::driver {
 
-// What device_hash_info reports: one fixed device, or an error when set.
+// What device_hash_info reports: g_hash_devices devices (kDevice, then
+// copies of it on the next PCI buses), or an error when set.
 int g_hash_error = 0;
+int g_hash_devices = 1;
 const DeviceHashInfo kDevice = {{0x10, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x87, 0x98, 0xa9, 0xba, 0xcb, 0xdc, 0xed,
                                  0xfe, 0x0f},
                                 0x0000,
@@ -48,11 +51,17 @@ CUresult CUDAAPI cls_get(void** value, CUcontext, void*) {
   if (value) *value = nullptr;
   return CUDA_ERROR_NOT_SUPPORTED;
 }
+DeviceHashInfo hash_device(int i) {
+  DeviceHashInfo d = kDevice;
+  d.uuid[15] = uint8_t(d.uuid[15] + i);
+  d.pci_bus += i;
+  return d;
+}
 int device_hash_info(DeviceHashInfo* out, int max) {
   if (g_hash_error) return -g_hash_error;
-  if (max < 1) return 0;
-  out[0] = kDevice;
-  return 1;
+  const int n = std::min(g_hash_devices, max);
+  for (int i = 0; i < n; ++i) out[i] = hash_device(i);
+  return n;
 }
 int driver_version() { return kTestDriverVersion; }
 
@@ -253,6 +262,38 @@ TEST(IntegrityHash, CheckSlotHashesTheEnvironment) {
   EXPECT_EQ(check(13002, secs, nullptr), CUDA_ERROR_INVALID_VALUE);
 }
 
+// A session of several devices: every one of them goes into the hash, in
+// ordinal order, up to a session's most (32).
+TEST(IntegrityHash, CheckSlotHashesEveryDevice) {
+  const void* t = ordo::driver::export_table(kIntegrityUuid);
+  ASSERT_NE(t, nullptr);
+  const auto* slots = static_cast<const void* const*>(t);
+  const auto check = reinterpret_cast<IntegrityFn>(const_cast<void*>(slots[1]));
+  IntegrityInput in{};
+  in.driver_version = ordo::driver::kTestDriverVersion;
+  in.version = 13002;
+  in.pid = uint32_t(getpid());
+  in.thread = uint32_t(uintptr_t(pthread_self()));
+  in.cudart_table = ordo::driver::export_table(kCudartUuid);
+  in.integrity_table = t;
+  in.check_fn = slots[1];
+  in.unix_seconds = 1712345678;
+  for (const int count : {2, 4, 32}) {
+    SCOPED_TRACE(count);
+    ordo::driver::g_hash_devices = count;
+    std::vector<DeviceHashInfo> devs;
+    for (int i = 0; i < count; ++i) devs.push_back(ordo::driver::hash_device(i));
+    uint64_t out[2] = {0, 0}, want[2], fewer[2];
+    ASSERT_EQ(check(13002, in.unix_seconds, out), CUDA_SUCCESS);
+    hmac_md2(in, devs.data(), count, want);
+    hmac_md2(in, devs.data(), count - 1, fewer);
+    EXPECT_EQ(out[0], want[0]);
+    EXPECT_EQ(out[1], want[1]);
+    EXPECT_FALSE(out[0] == fewer[0] && out[1] == fewer[1]) << "the last device is hashed";
+  }
+  ordo::driver::g_hash_devices = 1;
+}
+
 // ---------------------------------------------------------------- the exported library
 
 void* lib() {
@@ -329,6 +370,17 @@ TEST_F(Lib, ProcAddressPicksTheVersion) {
   expect_proc("cuStreamGetCaptureInfo", 10010, false, "cuStreamGetCaptureInfo");
   expect_proc("cuMemcpyHtoD", 13000, true, "cuMemcpyHtoD_v2_ptds");
   expect_proc("cuMemcpyHtoD", 13000, false, "cuMemcpyHtoD_v2");
+  // Multi-device entry points, as cudart 13 asks for them.
+  expect_proc("cuMemcpyPeer", 4000, false, "cuMemcpyPeer");
+  expect_proc("cuMemcpyPeer", 7000, true, "cuMemcpyPeer_ptds");
+  expect_proc("cuMemcpyPeerAsync", 4000, false, "cuMemcpyPeerAsync");
+  expect_proc("cuMemcpyPeerAsync", 7000, true, "cuMemcpyPeerAsync_ptsz");
+  expect_proc("cuStreamGetCtx", 9020, false, "cuStreamGetCtx");
+  expect_proc("cuStreamGetCtx", 12050, false, "cuStreamGetCtx_v2");
+  expect_proc("cuStreamGetCtx", 12050, true, "cuStreamGetCtx_v2_ptsz");
+  expect_proc("cuStreamGetDevice", 12080, true, "cuStreamGetDevice_ptsz");
+  expect_proc("cuCtxEnablePeerAccess", 4000, false, "cuCtxEnablePeerAccess");
+  expect_proc("cuDeviceGetP2PAttribute", 8000, false, "cuDeviceGetP2PAttribute");
   // No per-thread variant: the normal one.
   expect_proc("cuMemAlloc", 13000, true, "cuMemAlloc_v2");
   expect_proc("cuCtxCreate", 13000, true, "cuCtxCreate_v4");
@@ -427,6 +479,58 @@ TEST_F(Lib, InitWithoutRegionFails) {
   ASSERT_NE(device_get, nullptr);
   CUdevice dev = -1;
   EXPECT_EQ(device_get(&dev, 0), CUDA_ERROR_NOT_INITIALIZED);
+}
+
+// The multi-device entry points are implemented, not stubs: before cuInit
+// they answer CUDA_ERROR_NOT_INITIALIZED (a stub answers 801 and names itself
+// on stderr), after checking what needs no driver state.
+TEST_F(Lib, DeviceEntryPointsBeforeInit) {
+  using CanAccessFn = CUresult (*)(int*, CUdevice, CUdevice);
+  using P2PFn = CUresult (*)(int*, CUdevice_P2PAttribute, CUdevice, CUdevice);
+  using EnableFn = CUresult (*)(CUcontext, unsigned);
+  using DisableFn = CUresult (*)(CUcontext);
+  using PeerFn = CUresult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t);
+  using PeerAsyncFn = CUresult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
+  using GetDeviceFn = CUresult (*)(CUstream, CUdevice*);
+  using GetCtxFn = CUresult (*)(CUstream, CUcontext*);
+  using GetCtx2Fn = CUresult (*)(CUstream, CUcontext*, CUgreenCtx*);
+  using CountFn = CUresult (*)(int*);
+  const auto can = sym<CanAccessFn>("cuDeviceCanAccessPeer");
+  const auto p2p = sym<P2PFn>("cuDeviceGetP2PAttribute");
+  const auto enable = sym<EnableFn>("cuCtxEnablePeerAccess");
+  const auto disable = sym<DisableFn>("cuCtxDisablePeerAccess");
+  const auto count = sym<CountFn>("cuDeviceGetCount");
+  ASSERT_TRUE(can && p2p && enable && disable && count);
+  testing::internal::CaptureStderr();
+  int v = -1;
+  EXPECT_EQ(count(&v), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(count(nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(can(&v, 0, 1), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(can(nullptr, 0, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(p2p(&v, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, 0, 1), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(enable(nullptr, 0), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(enable(nullptr, 1), CUDA_ERROR_INVALID_VALUE);  // flags must be 0
+  EXPECT_EQ(disable(nullptr), CUDA_ERROR_NOT_INITIALIZED);
+  for (const char* name : {"cuMemcpyPeer", "cuMemcpyPeer_ptds"})
+    EXPECT_EQ(sym<PeerFn>(name)(0x1000, nullptr, 0x2000, nullptr, 16), CUDA_ERROR_NOT_INITIALIZED) << name;
+  for (const char* name : {"cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"})
+    EXPECT_EQ(sym<PeerAsyncFn>(name)(0x1000, nullptr, 0x2000, nullptr, 16, nullptr), CUDA_ERROR_NOT_INITIALIZED)
+        << name;
+  CUdevice dev = -1;
+  for (const char* name : {"cuStreamGetDevice", "cuStreamGetDevice_ptsz"}) {
+    EXPECT_EQ(sym<GetDeviceFn>(name)(nullptr, &dev), CUDA_ERROR_NOT_INITIALIZED) << name;
+    EXPECT_EQ(sym<GetDeviceFn>(name)(nullptr, nullptr), CUDA_ERROR_INVALID_VALUE) << name;
+  }
+  CUcontext ctx = nullptr;
+  for (const char* name : {"cuStreamGetCtx", "cuStreamGetCtx_ptsz"})
+    EXPECT_EQ(sym<GetCtxFn>(name)(nullptr, &ctx), CUDA_ERROR_NOT_INITIALIZED) << name;
+  CUgreenCtx green = nullptr;
+  for (const char* name : {"cuStreamGetCtx_v2", "cuStreamGetCtx_v2_ptsz"}) {
+    EXPECT_EQ(sym<GetCtx2Fn>(name)(nullptr, &ctx, &green), CUDA_ERROR_NOT_INITIALIZED) << name;
+    EXPECT_EQ(sym<GetCtx2Fn>(name)(nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE) << name;
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "") << "a stub named itself";
 }
 
 TEST_F(Lib, IntegrityCheckTable) {
