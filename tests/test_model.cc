@@ -55,20 +55,29 @@ TEST(Model, RandomProgramsBreakWithoutEdges) {
 // The generator: every stream/event API, destroy with pending work, ring and
 // handle reuse, re-records across streams, event destroy with pending waits,
 // per-thread streams of exiting threads, host functions on every stream kind.
-TEST(Generator, RandomProgramsKeepEveryAllowedOrder) {
-  WorkerProcess w({"--chaos", "23"}, "64M");  // 63 stream rings
-  size_t stamps = 0, hfs = 0;
+// Programs of seeds 1..3, each on a fresh session of `w`, expected to keep
+// every order; the sums of what they checked.
+scenario::ModelResult ordered_seeds(WorkerProcess& w, const scenario::GenProgram& prog) {
+  scenario::ModelResult sum;
   for (uint64_t seed = 1; seed <= 3; ++seed) {
     scenario::Problems p;
-    auto r = scenario::run_generated(*w.attach(), seed, p);
-    stamps += r.stamps;
-    hfs += r.host_functions;
+    auto r = scenario::run_generated(*w.attach(), seed, p, prog);
+    sum.stamps += r.stamps;
+    sum.host_functions += r.host_functions;
+    sum.peer_copies += r.peer_copies;
     EXPECT_EQ(r.violations, 0u) << "seed " << seed << ": " << r.first;
     EXPECT_TRUE(p.empty()) << p.count() << " problems, first: " << p.first();
   }
-  std::printf("checked %zu stamped kernels and %zu host functions or host-to-host copies over 3 generated programs\n", stamps, hfs);
-  EXPECT_GT(stamps, 300u);
-  EXPECT_GT(hfs, 10u);
+  return sum;
+}
+
+TEST(Generator, RandomProgramsKeepEveryAllowedOrder) {
+  WorkerProcess w({"--chaos", "23"}, "64M");  // 63 stream rings
+  const auto r = ordered_seeds(w, {});
+  std::printf("checked %zu stamped kernels and %zu host functions or host-to-host copies over 3 generated programs\n",
+              r.stamps, r.host_functions);
+  EXPECT_GT(r.stamps, 300u);
+  EXPECT_GT(r.host_functions, 10u);
 }
 
 // More threads than the region has reply slots (64 at 16 MiB), each with its
@@ -123,18 +132,11 @@ TEST(Generator, MultiDeviceProgramsKeepEveryAllowedOrder) {
   prog.devices = 4;
   prog.threads = 6;
   prog.ops_per_phase = 16;
-  size_t stamps = 0, peer = 0;
-  for (uint64_t seed = 1; seed <= 3; ++seed) {
-    scenario::Problems p;
-    auto r = scenario::run_generated(*w.attach(), seed, p, prog);
-    stamps += r.stamps;
-    peer += r.peer_copies;
-    EXPECT_EQ(r.violations, 0u) << "seed " << seed << ": " << r.first;
-    EXPECT_TRUE(p.empty()) << p.count() << " problems, first: " << p.first();
-  }
-  std::printf("4 devices: checked %zu stamped kernels and %zu peer copies over 3 generated programs\n", stamps, peer);
-  EXPECT_GT(stamps, 300u);
-  EXPECT_GT(peer, 10u);
+  const auto r4 = ordered_seeds(w, prog);
+  std::printf("4 devices: checked %zu stamped kernels and %zu peer copies over 3 generated programs\n", r4.stamps,
+              r4.peer_copies);
+  EXPECT_GT(r4.stamps, 300u);
+  EXPECT_GT(r4.peer_copies, 10u);
   // More streams than rings: legacy streams of devices past 0 share rings too.
   WorkerProcess small({"--chaos", "43", "--sim-devices", "3"});
   prog.devices = 3;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "expect.cuh"
 
 __global__ void fill(int* p, int n, int v) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -34,7 +35,6 @@ __global__ void mixed(char c, double d, short s, Pair pair, long long* out) {
   out[5] = (long long)pair.c;
 }
 
-static int failures = 0;
 
 #define CHECK(call)                                                                          \
   do {                                                                                       \
@@ -46,13 +46,6 @@ static int failures = 0;
     }                                                                                        \
   } while (0)
 
-#define EXPECT(cond)                                                  \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);     \
-      ++failures;                                                     \
-    }                                                                 \
-  } while (0)
 
 static void CUDART_CB host_fn(void* data) { ++*static_cast<int*>(data); }
 static void CUDART_CB stream_cb(cudaStream_t, cudaError_t status, void* data) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "expect.cuh"
 
 __global__ void fill(int* p, int n, int v) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -25,15 +26,7 @@ __global__ void add(int* p, int n, int v) {
   if (i < n) p[i] += v;
 }
 
-static int failures = 0;
 
-#define EXPECT(cond)                                              \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                 \
-    }                                                             \
-  } while (0)
 
 constexpr int kDevices = 4;
 constexpr int n = 4096;

@@ -1688,40 +1688,27 @@ CUresult stream_home(CUstream h, bool per_thread, Context** ctx, CUdevice* dev) 
   if (!*ctx || (*ctx)->device != *dev) *ctx = &g_primaries[d];  // made where no context was current
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuStreamGetCtx(CUstream h, CUcontext* ctx) {
-  if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+// The context a stream was made in. No green contexts here: *green is always NULL.
+static CUresult stream_ctx_v2(CUstream h, CUcontext* ctx, CUgreenCtx* green, bool per_thread) {
+  if (!ctx && !green) return CUDA_ERROR_INVALID_VALUE;
   Context* x = nullptr;
   CUdevice d = 0;
-  if (CUresult e = stream_home(h, false, &x, &d); e != CUDA_SUCCESS) return e;
-  *ctx = handle(x);
+  if (CUresult e = stream_home(h, per_thread, &x, &d); e != CUDA_SUCCESS) return e;
+  if (ctx) *ctx = handle(x);
+  if (green) *green = nullptr;
   return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamGetCtx(CUstream h, CUcontext* ctx) {
+  return ctx ? stream_ctx_v2(h, ctx, nullptr, false) : CUDA_ERROR_INVALID_VALUE;
 }
 CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream h, CUcontext* ctx) {
-  if (!ctx) return CUDA_ERROR_INVALID_VALUE;
-  Context* x = nullptr;
-  CUdevice d = 0;
-  if (CUresult e = stream_home(h, true, &x, &d); e != CUDA_SUCCESS) return e;
-  *ctx = handle(x);
-  return CUDA_SUCCESS;
+  return ctx ? stream_ctx_v2(h, ctx, nullptr, true) : CUDA_ERROR_INVALID_VALUE;
 }
-// No green contexts here: *green is always NULL.
 CUresult CUDAAPI cuStreamGetCtx_v2(CUstream h, CUcontext* ctx, CUgreenCtx* green) {
-  if (!ctx && !green) return CUDA_ERROR_INVALID_VALUE;
-  Context* x = nullptr;
-  CUdevice d = 0;
-  if (CUresult e = stream_home(h, false, &x, &d); e != CUDA_SUCCESS) return e;
-  if (ctx) *ctx = handle(x);
-  if (green) *green = nullptr;
-  return CUDA_SUCCESS;
+  return stream_ctx_v2(h, ctx, green, false);
 }
 CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream h, CUcontext* ctx, CUgreenCtx* green) {
-  if (!ctx && !green) return CUDA_ERROR_INVALID_VALUE;
-  Context* x = nullptr;
-  CUdevice d = 0;
-  if (CUresult e = stream_home(h, true, &x, &d); e != CUDA_SUCCESS) return e;
-  if (ctx) *ctx = handle(x);
-  if (green) *green = nullptr;
-  return CUDA_SUCCESS;
+  return stream_ctx_v2(h, ctx, green, true);
 }
 CUresult CUDAAPI cuStreamGetDevice(CUstream h, CUdevice* dev) {
   if (!dev) return CUDA_ERROR_INVALID_VALUE;

@@ -226,6 +226,20 @@ TEST(IntegrityHash, EveryInputMatters) {
   EXPECT_NE(hash(base, {devs[0]}), h0) << "device count";
 }
 
+// What the check slot (export table slot 1) hashes for this process at `secs`.
+IntegrityInput check_slot_input(const void* table, uint64_t secs) {
+  IntegrityInput in{};
+  in.driver_version = ordo::driver::kTestDriverVersion;
+  in.version = 13002;
+  in.pid = uint32_t(getpid());
+  in.thread = uint32_t(uintptr_t(pthread_self()));
+  in.cudart_table = ordo::driver::export_table(kCudartUuid);
+  in.integrity_table = table;
+  in.check_fn = static_cast<const void* const*>(table)[1];
+  in.unix_seconds = secs;
+  return in;
+}
+
 // The check as cudart calls it (slot 1 of INTEGRITY_CHECK) in this test's copy
 // of dark_api.cc: constants for the first two revisions, else the HMAC of the
 // caller's environment and device_hash_info's devices.
@@ -239,15 +253,7 @@ TEST(IntegrityHash, CheckSlotHashesTheEnvironment) {
   uint64_t out[2] = {0, 0};
   const uint64_t secs = 1712345678;
   ASSERT_EQ(check(13002, secs, out), CUDA_SUCCESS);
-  IntegrityInput in{};
-  in.driver_version = ordo::driver::kTestDriverVersion;
-  in.version = 13002;
-  in.pid = uint32_t(getpid());
-  in.thread = uint32_t(uintptr_t(pthread_self()));
-  in.cudart_table = ordo::driver::export_table(kCudartUuid);
-  in.integrity_table = t;
-  in.check_fn = slots[1];
-  in.unix_seconds = secs;
+  const IntegrityInput in = check_slot_input(t, secs);
   uint64_t want[2];
   hmac_md2(in, &ordo::driver::kDevice, 1, want);
   EXPECT_EQ(out[0], want[0]);
@@ -269,15 +275,7 @@ TEST(IntegrityHash, CheckSlotHashesEveryDevice) {
   ASSERT_NE(t, nullptr);
   const auto* slots = static_cast<const void* const*>(t);
   const auto check = reinterpret_cast<IntegrityFn>(const_cast<void*>(slots[1]));
-  IntegrityInput in{};
-  in.driver_version = ordo::driver::kTestDriverVersion;
-  in.version = 13002;
-  in.pid = uint32_t(getpid());
-  in.thread = uint32_t(uintptr_t(pthread_self()));
-  in.cudart_table = ordo::driver::export_table(kCudartUuid);
-  in.integrity_table = t;
-  in.check_fn = slots[1];
-  in.unix_seconds = 1712345678;
+  const IntegrityInput in = check_slot_input(t, 1712345678);
   for (const int count : {2, 4, 32}) {
     SCOPED_TRACE(count);
     ordo::driver::g_hash_devices = count;
