@@ -437,16 +437,24 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
 }
 
 void Worker::reply(uint32_t s, uint64_t seq, Status st, uint64_t r0, uint64_t r1, uint64_t epoch) {
-  // Backend threads answer EventSynchronize; the dispatch thread answers the
-  // rest. A guest that posts without waiting could make both write one slot.
+  ReplySlot& slot = region_.slot(s);
+  auto write = [&] {
+    slot.status = int32_t(st);
+    slot.result[0] = r0;
+    slot.result[1] = r1;
+    slot.reply_seq.store(seq, std::memory_order_release);
+  };
+  // Backend threads answer EventSynchronize and StreamSynchronize; the
+  // dispatch thread answers the rest. A guest that posts without waiting could
+  // make both write one slot, so they take error_mu_, except the dispatch
+  // thread while no deferred reply is in flight: only it creates them, and a
+  // finished one's writes happen before its count's decrement (acquired here).
+  // That spares the common sync call a lock round trip.
+  if (epoch == kCurrentEpoch && pending_notifies_.load(std::memory_order_acquire) == 0) return write();
   std::lock_guard lock(error_mu_);
   // A wait of a session that has since ended: its slot may be a new guest's now.
   if (epoch != kCurrentEpoch && epoch != session_epoch_) return;
-  ReplySlot& slot = region_.slot(s);
-  slot.status = int32_t(st);
-  slot.result[0] = r0;
-  slot.result[1] = r1;
-  slot.reply_seq.store(seq, std::memory_order_release);
+  write();
 }
 
 bool Worker::try_slot(uint32_t s) {
