@@ -76,6 +76,57 @@ void pageable_copies_of_every_size(uint64_t region_size) {
   other.join();
 }
 TEST(Client, PageableCopiesOfEverySizeArriveIntact) { pageable_copies_of_every_size(16u << 20); }
+
+// Copies of a megabyte and more stage through blocks of the pinned heap (the
+// staging pool) in chunks of up to 4 MiB instead of the ring's window: a few
+// entries, not hundreds. The source is the caller's again on return; the
+// heap's blocks go back once the device copies completed.
+TEST(Client, LargePageableCopiesStageThroughThePinnedHeap) {
+  InProcessWorker w({}, 64u << 20);
+  auto c = w.attach();
+  Stream s;
+  ASSERT_EQ(c->stream_create(&s), Status::kSuccess);
+  const auto memcpys = [&] { return w.worker().stats().ops[size_t(Op::Memcpy)]; };
+  for (uint64_t n : {uint64_t{1} << 20, (uint64_t{1} << 20) + 1, (uint64_t{4} << 20) - 1, (uint64_t{16} << 20) + 12345}) {
+    uint64_t d = 0;
+    ASSERT_EQ(c->malloc(&d, n), Status::kSuccess);
+    std::vector<uint8_t> in(n), want, out(n, 0);
+    for (uint64_t i = 0; i < n; ++i) in[i] = uint8_t(i * 131 + (i >> 9) + n);
+    want = in;
+    const uint64_t before = memcpys();
+    ASSERT_EQ(c->memcpy_h2d_async(d, in.data(), n, s), Status::kSuccess);
+    std::fill(in.begin(), in.end(), 0xee);  // the copy consumed it
+    ASSERT_EQ(c->memcpy_d2h_async(out.data(), d, n, s), Status::kSuccess);
+    ASSERT_EQ(want, out) << "size " << n;
+    // 4 chunks at most each way below 16 MiB, 5 each above (4 MiB chunks); the window would take hundreds.
+    EXPECT_LE(memcpys() - before, 10u) << "size " << n;
+    ASSERT_EQ(c->free(d), Status::kSuccess);
+  }
+  // A heap the program filled: the window carries the copy instead.
+  void* hog = nullptr;
+  ASSERT_EQ(c->malloc_host(&hog, c->layout().heap_size - (512u << 10)), Status::kSuccess);
+  const uint64_t n = uint64_t{4} << 20;
+  uint64_t d = 0;
+  ASSERT_EQ(c->malloc(&d, n), Status::kSuccess);
+  std::vector<uint8_t> in(n, 0x5a), out(n, 0);
+  ASSERT_EQ(c->memcpy_h2d_async(d, in.data(), n, s), Status::kSuccess);
+  ASSERT_EQ(c->memcpy_d2h_async(out.data(), d, n, s), Status::kSuccess);
+  EXPECT_EQ(in, out);
+  ASSERT_EQ(c->free_host(hog), Status::kSuccess);
+  // Blocks an unfinished copy still reads are the program's again once it
+  // finished: malloc_host of (nearly) the whole heap waits for them.
+  uint64_t scratch = 0;
+  ASSERT_EQ(c->malloc(&scratch, 8), Status::kSuccess);
+  const sim::SlowCopyArgs slow{scratch, scratch, 0, 300000, 0};  // holds the stream 300 ms
+  ASSERT_EQ(c->launch(kernel(*c, "ordo_slow_copy"), {1}, {1}, &slow, sizeof slow, s), Status::kSuccess);
+  std::vector<uint8_t> big(uint64_t{16} << 20, 0x11);
+  ASSERT_EQ(c->memcpy_h2d_async(d, big.data(), n, s), Status::kSuccess);  // returns at once; its blocks stay busy
+  ASSERT_EQ(c->malloc_host(&hog, c->layout().heap_size - (512u << 10)), Status::kSuccess);
+  ASSERT_EQ(c->free_host(hog), Status::kSuccess);
+  ASSERT_EQ(c->memcpy_d2h_async(out.data(), d, n, s), Status::kSuccess);
+  EXPECT_EQ(out[n - 1], 0x11);
+  EXPECT_EQ(c->stream_destroy(s), Status::kSuccess);
+}
 // A 1 MiB region has 4 KiB windows: chunks are a kilobyte.
 TEST(Client, PageableCopiesOfEverySizeArriveIntactThroughASmallWindow) { pageable_copies_of_every_size(1u << 20); }
 

@@ -202,6 +202,17 @@ class Client {
   uint32_t choose_ring_locked() const;     // for a new stream; caller holds rings_mu_
   Status open_legacy(ThreadState& t, uint32_t device);  // device's legacy stream, on a ring of its own if one is free
   Status peer_access(uint32_t peer, PeerCmd cmd);
+  void* heap_alloc(uint64_t size);  // from the pinned heap; null when full
+  void heap_free(void* p);
+  // Up to kPoolBlocks pinned-heap blocks of *chunk bytes each for a pageable
+  // copy of `size` (0: too small for the pool, or the heap is short: use the
+  // ring's window).
+  unsigned pool_blocks(uint64_t size, uint64_t* chunk, std::byte** blocks);
+  // Frees `block` once ring r completed `fence` (at once if it has).
+  void release_pool_block(uint32_t r, uint64_t fence, std::byte* block);
+  // Frees the blocks whose copies completed (waiting for them first if
+  // `wait`); true if any was freed.
+  bool reclaim_pool(bool wait);
   Status call(Entry e, uint64_t* r0 = nullptr, uint64_t* r1 = nullptr, const std::string* payload = nullptr,
               void* reply_payload = nullptr, size_t reply_size = 0);
   Status wait_worker(const std::atomic<uint64_t>& word, uint64_t target);
@@ -232,6 +243,13 @@ class Client {
   struct Heap;
   std::unique_ptr<Heap> heap_;
   std::unique_ptr<HostFuncs> host_funcs_;
+  struct PoolBlock {
+    uint32_t ring;
+    uint64_t fence;
+    std::byte* block;
+  };
+  std::mutex pool_mu_;
+  std::vector<PoolBlock> pool_pending_;  // staging-pool blocks an unfinished H2D copy still reads
   const uint64_t id_;
   uint64_t guest_session_ = 0;
   std::atomic<bool> lost_{false};  // the worker died or dropped this session

@@ -1148,18 +1148,83 @@ Status Client::free(uint64_t device_addr) {
 Status Client::malloc_host(void** ptr, uint64_t size) {
   ThreadState& t = thread();
   if (!ptr) return finish_own(t, Status::kInvalidValue);
-  std::lock_guard lock(heap_->mu);
-  void* p = heap_->buf ? heap_->buf->allocate_aligned(size ? size : 1, 64, std::nothrow) : nullptr;
+  void* p = heap_alloc(size ? size : 1);
+  if (!p && reclaim_pool(true)) p = heap_alloc(size ? size : 1);  // blocks of finished copies, waited for
   if (!p) return finish_own(t, Status::kMemoryAllocation);
   *ptr = p;
   return finish_own(t, Status::kSuccess);
+}
+
+void* Client::heap_alloc(uint64_t size) {
+  std::lock_guard lock(heap_->mu);
+  return heap_->buf ? heap_->buf->allocate_aligned(size, 64, std::nothrow) : nullptr;
+}
+
+void Client::heap_free(void* p) {
+  std::lock_guard lock(heap_->mu);
+  heap_->buf->deallocate(p);
+}
+
+// ---- the staging pool ------------------------------------------------------
+//
+// Large pageable copies stage through blocks of the pinned heap instead of
+// the ring's fixed window: a copy of megabytes moves in chunks of up to
+// kPoolChunkMax (a handful of entries instead of hundreds), and streams that
+// copy nothing hold none. A block an unfinished H2D copy still reads is
+// freed once its ring completed past the block's fence (reclaim_pool).
+
+namespace {
+constexpr uint64_t kPoolCopyMin = uint64_t{1} << 20;
+constexpr uint64_t kPoolChunkMin = uint64_t{256} << 10;
+constexpr uint64_t kPoolChunkMax = uint64_t{4} << 20;
+constexpr unsigned kPoolBlocks = 4;  // chunks in flight per copy
+}  // namespace
+
+unsigned Client::pool_blocks(uint64_t size, uint64_t* chunk, std::byte** blocks) {
+  if (size < kPoolCopyMin) return 0;
+  *chunk = std::clamp<uint64_t>((size / kPoolBlocks + 4095) & ~uint64_t{4095}, kPoolChunkMin, kPoolChunkMax);
+  const unsigned want = unsigned(std::min<uint64_t>(kPoolBlocks, (size + *chunk - 1) / *chunk));
+  reclaim_pool(false);
+  unsigned n = 0;
+  for (; n < want; ++n)
+    if (!(blocks[n] = static_cast<std::byte*>(heap_alloc(*chunk)))) break;
+  // One block would serialize the guest's copy with the device's: the window does as well.
+  if (n == 1) heap_free(blocks[--n]);
+  return n;
+}
+
+bool Client::reclaim_pool(bool wait) {
+  std::vector<PoolBlock> done;
+  {
+    std::lock_guard lock(pool_mu_);
+    for (size_t i = 0; i < pool_pending_.size();) {
+      const PoolBlock& b = pool_pending_[i];
+      if (wait) wait_completed(b.ring, b.fence);  // its fence is pushed: needs nothing more from the guest
+      if (region_->ring(b.ring).completed.load(std::memory_order_acquire) >= b.fence || lost_.load()) {
+        done.push_back(b);
+        pool_pending_[i] = pool_pending_.back();
+        pool_pending_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (const PoolBlock& b : done) heap_free(b.block);
+  return !done.empty();
+}
+
+void Client::release_pool_block(uint32_t r, uint64_t fence, std::byte* block) {
+  if (region_->ring(r).completed.load(std::memory_order_acquire) >= fence) return heap_free(block);
+  std::lock_guard lock(pool_mu_);
+  pool_pending_.push_back({r, fence, block});
 }
 
 Status Client::free_host(void* ptr) {
   ThreadState& t = thread();
   if (!ptr) return finish(t, Status::kSuccess);
   if (!is_pinned(ptr, 1)) return finish(t, Status::kInvalidValue);
-  if (Status s = device_synchronize(); !ok(s)) return s;
+  // Any device's copies may still read or write it.
+  if (Status s = synchronize_all(t); !ok(s)) return s;
   std::lock_guard lock(heap_->mu);
   heap_->buf->deallocate(ptr);
   return finish(t, Status::kSuccess);
@@ -1193,8 +1258,30 @@ Status Client::memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, St
   }
   // Pageable memory: copied into staging now, so the caller may reuse it on
   // return (as CUDA). The worker copies chunk k while the guest fills k + 1.
+  uint64_t chunk = 0;
+  std::byte* blocks[kPoolBlocks];
+  if (const unsigned nb = pool_blocks(size, &chunk, blocks)) {
+    // Block i % nb is reused once the device copy that read it completed.
+    uint64_t fences[kPoolBlocks] = {};
+    Status st = Status::kSuccess;
+    for (uint64_t done = 0, i = 0; done < size && ok(st); ++i) {
+      const unsigned k = unsigned(i % nb);
+      if (fences[k] && !ok(st = wait_completed(r, fences[k]))) break;
+      const uint64_t n = std::min(chunk, size - done);
+      std::memcpy(blocks[k], static_cast<const std::byte*>(src) + done, n);
+      e.flags = mem_flags(MemKind::Device, MemKind::Pinned);
+      e.arg[0] = dst + done;
+      e.arg[1] = uint64_t(blocks[k] - region_->heap());
+      e.arg[2] = n;
+      push_locked(t, *g, r, b.id, e, nullptr);
+      fences[k] = push_fence_locked(t, *g, r);
+      done += n;
+    }
+    for (unsigned k = 0; k < nb; ++k) fences[k] ? release_pool_block(r, fences[k], blocks[k]) : heap_free(blocks[k]);
+    return ok(st) ? finish_async(t) : finish(t, st);
+  }
   const uint64_t w = region_->layout().staging_per_ring;
-  const uint64_t chunk = staging_chunk(size);
+  chunk = staging_chunk(size);
   for (uint64_t done = 0; done < size;) {
     const uint64_t n = std::min(chunk, size - done);
     uint64_t off;
@@ -1236,12 +1323,47 @@ Status Client::memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s
   // the guest copies chunk k out while the device fills the later ones. A
   // chunk's staging is released (its mark pushed) only once it was copied out:
   // completion alone would let the next chunk overwrite it first.
+  uint64_t chunk = 0;
+  std::byte* blocks[kPoolBlocks];
+  if (const unsigned nb = pool_blocks(size, &chunk, blocks)) {
+    // Chunk i lands in block i % nb; the guest copies it out, in order, before
+    // the block takes chunk i + nb.
+    struct Pending {
+      uint64_t fence, at, n;
+    };
+    Pending q[kPoolBlocks];
+    Status st = Status::kSuccess;
+    uint64_t issued = 0, drained = 0;
+    for (uint64_t i = 0, j = 0; drained < size && ok(st);) {
+      if (issued < size && i - j < nb) {
+        const unsigned k = unsigned(i % nb);
+        const uint64_t n = std::min(chunk, size - issued);
+        e.flags = mem_flags(MemKind::Pinned, MemKind::Device);
+        e.arg[0] = uint64_t(blocks[k] - region_->heap());
+        e.arg[1] = src + issued;
+        e.arg[2] = n;
+        push_locked(t, *g, r, b.id, e, nullptr);
+        q[k] = {push_fence_locked(t, *g, r), issued, n};
+        issued += n;
+        ++i;
+        continue;
+      }
+      const unsigned k = unsigned(j % nb);
+      if (!ok(st = wait_completed(r, q[k].fence))) break;
+      std::memcpy(static_cast<std::byte*>(dst) + q[k].at, blocks[k], q[k].n);
+      drained += q[k].n;
+      ++j;
+    }
+    // On a lost session the worker is gone: nothing writes the blocks any more.
+    for (unsigned k = 0; k < nb; ++k) heap_free(blocks[k]);
+    return finish(t, st);
+  }
   struct InFlight {
     uint64_t fence, pos, end, off, at, n;
   };
   InFlight q[8];
   unsigned head = 0, count = 0;
-  const uint64_t chunk = staging_chunk(size);
+  chunk = staging_chunk(size);
   auto drain = [&]() -> Status {
     const InFlight& f = q[head % 8];
     if (Status st = wait_completed(r, f.fence); !ok(st)) {
