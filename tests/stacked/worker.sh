@@ -7,7 +7,7 @@
 #          call of ...
 #   inner: ordo-worker --backend sim on a region of its own, which runs the
 #          kernels (the built-ins' twins are the sim's own kernels; --sim-kernels
-#          goes here).
+#          and --sim-devices go here: the outer's cuda backend sees the inner's devices).
 #
 # --region, --size, --ready-file, --stats, --unordered and everything else go
 # to the outer worker, --backend becomes cuda. --chaos goes to both, so the
@@ -23,7 +23,7 @@ outer=(--sessions 1) inner=() region= args=("$@")
 while [ $# -gt 0 ]; do
   case $1 in
     --backend) outer+=(--backend cuda); shift 2 ;;
-    --sim-kernels) inner+=("$1" "$2"); shift 2 ;;
+    --sim-kernels|--sim-devices) inner+=("$1" "$2"); shift 2 ;;
     --chaos|--sessions) outer+=("$1" "$2"); inner+=("$1" "$2"); shift 2 ;;
     --region) region=$2; outer+=("$1" "$2"); shift 2 ;;
     *) outer+=("$1"); shift ;;
