@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "ordo/client.h"
-#include "ordo/cuda_backend.h"
 #include "ordo/doorbell.h"
+#include "worker/backends/cuda/cuda_backend.h"
 
 namespace {
 

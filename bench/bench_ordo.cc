@@ -26,13 +26,13 @@
 #include <thread>
 #include <vector>
 
-#include "ordo/backend.h"
 #include "ordo/client.h"
 #include "ordo/doorbell.h"
-#include "ordo/null_backend.h"
 #include "ordo/layout.h"
 #include "ordo/region.h"
-#include "ordo/worker.h"
+#include "worker/backend.h"
+#include "worker/backends/null/null_backend.h"
+#include "worker/worker.h"
 
 namespace {
 

@@ -9,11 +9,11 @@
 #include <thread>
 #include <vector>
 
-#include "ordo/backend.h"
 #include "ordo/client.h"
 #include "ordo/region.h"
-#include "ordo/worker.h"
 #include "status_print.h"
+#include "worker/backend.h"
+#include "worker/worker.h"
 
 namespace ordo::test {
 

@@ -166,7 +166,8 @@ TEST(Client, KernelLaunchFillsMemory) {
   ASSERT_EQ(c->memcpy_d2h(out.data(), d, 4096), Status::kSuccess);
   for (uint32_t v : out) ASSERT_EQ(v, 0xabcd1234u);
   // A CUDA launch sends the packed buffer: it ends with the last parameter,
-  // without the struct's tail padding (backend.h). The kernel reads it the same.
+  // without the struct's tail padding (LaunchParams, src/worker/backend.h).
+  // The kernel reads it the same.
   a.value = 0x5150u;
   ASSERT_EQ(c->launch(fill, {4}, {256}, &a, offsetof(sim::FillU32Args, pad), kLegacyStream), Status::kSuccess);
   ASSERT_EQ(c->memcpy_d2h(out.data(), d, 4096), Status::kSuccess);

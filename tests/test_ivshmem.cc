@@ -18,7 +18,8 @@
 #include <vector>
 
 #include "ordo/doorbell.h"
-#include "ordo/ivshmem.h"
+#include "transport/ivshmem.h"
+#include "worker/doorbell_waiter.h"
 
 using namespace ordo;
 using namespace std::chrono_literals;

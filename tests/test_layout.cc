@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "harness.h"
-#include "ordo/backend.h"
 #include "ordo/client.h"
 #include "ordo/doorbell.h"
 #include "ordo/layout.h"
 #include "ordo/region.h"
 #include "ordo/sim.h"
-#include "ordo/worker.h"
+#include "worker/backend.h"
+#include "worker/worker.h"
 
 namespace ordo::test {
 namespace {

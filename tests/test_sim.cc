@@ -15,6 +15,7 @@
 
 #include "ordo/layout.h"
 #include "ordo/sim.h"
+#include "worker/backends/sim/sim_backend.h"
 
 namespace ordo::sim {
 namespace {

@@ -29,7 +29,7 @@
 #include "ordo/layout.h"
 #include "ordo/ops.h"
 #include "ordo/sim.h"
-#include "ordo/validate.h"
+#include "worker/validate.h"
 
 namespace ordo::test {
 namespace {

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "ordo/backend.h"
+#include "ordo/device_info.h"
 #include "ordo/doorbell.h"
 #include "ordo/layout.h"
 #include "ordo/ops.h"

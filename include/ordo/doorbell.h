@@ -1,17 +1,18 @@
-// Waking an idle worker. The worker sleeps on a readable fd through io_uring: a
-// Unix datagram socket next to the region for guests on this host (a send to a
-// dead worker fails with ECONNREFUSED instead of raising SIGPIPE, as a FIFO
-// would), an ivshmem-server eventfd for VMs. Rings are advisory: one can be lost (nobody listening, a VM without the
-// doorbell device), so the worker never sleeps longer than its timeout.
+// Waking an idle worker. The worker sleeps on a readable fd through io_uring
+// (DoorbellWaiter, src/worker/doorbell_waiter.h): a Unix datagram socket next
+// to the region for guests on this host (a send to a dead worker fails with
+// ECONNREFUSED instead of raising SIGPIPE, as a FIFO would), an ivshmem-server
+// eventfd for VMs. Rings are advisory: one can be lost (nobody listening, a VM
+// without the doorbell device), so the worker never sleeps longer than its
+// timeout. This header is the ringing side and the doorbell's address, which
+// both sides use.
 #pragma once
 
-#include <liburing.h>
 #include <sys/un.h>
 
-#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 namespace ordo {
 
@@ -19,36 +20,6 @@ namespace ordo {
 std::string doorbell_path(const std::string& region_path, uint32_t partition = 0);
 // The socket address of a doorbell path; false when the path is too long.
 bool doorbell_address(const std::string& path, sockaddr_un* addr);
-
-class DoorbellWaiter {
- public:
-  // Binds a datagram socket at `path` (replacing a stale one).
-  static std::unique_ptr<DoorbellWaiter> listen(const std::string& path, std::string* error);
-  ~DoorbellWaiter();
-  DoorbellWaiter(const DoorbellWaiter&) = delete;
-  DoorbellWaiter& operator=(const DoorbellWaiter&) = delete;
-
-  // Also wakes on `eventfd` (an ivshmem-server vector of ours); the caller owns it.
-  void add_eventfd(int eventfd);
-  // Sleeps until a doorbell rings or `timeout` passes; true when one rang.
-  bool wait(std::chrono::microseconds timeout);
-  const std::string& path() const { return path_; }
-
- private:
-  struct Source {
-    int fd;
-    bool socket;  // a datagram socket (received, then drained) or an eventfd (polled, then read once)
-    bool armed = false;
-    alignas(8) char buf[64] = {};
-  };
-  DoorbellWaiter() = default;
-  bool arm(size_t i);
-  io_uring ring_{};
-  int fd_ = -1;
-  bool ring_ready_ = false;
-  std::vector<Source> sources_;
-  std::string path_;
-};
 
 class DoorbellRinger {
  public:

@@ -1,6 +1,9 @@
-// The CPU simulator backend: each stream is a host thread that runs its work in
-// order, device memory is host memory behind synthetic device addresses, and
-// kernels are host functions registered by name.
+// The CPU simulator backend's kernel API: each stream is a host thread that runs
+// its work in order, device memory is host memory behind synthetic device
+// addresses, and kernels are host functions registered by name. This header is
+// what kernels (built in, in tests, in a --sim-kernels plugin) and guest
+// programs (the built-in kernels' argument structs) use; the backend itself is
+// src/worker/backends/sim/.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +17,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "ordo/backend.h"
+#include "ordo/device_info.h"
+#include "ordo/status.h"
 
 namespace ordo::sim {
 
@@ -42,8 +46,9 @@ class KernelContext {
 
   // The argument buffer as one trivially copyable struct with the kernel's
   // parameter layout. The packed buffer of a CUDA launch ends with the last
-  // parameter (backend.h), so it may lack the struct's tail padding: its size
-  // must be sizeof(T) once rounded up to alignof(T). The padding reads as zero.
+  // parameter (LaunchParams, src/worker/backend.h), so it may lack the
+  // struct's tail padding: its size must be sizeof(T) once rounded up to
+  // alignof(T). The padding reads as zero.
   template <class T>
   T args() const {
     static_assert(std::is_trivially_copyable_v<T>);
@@ -78,19 +83,8 @@ using Kernel = void (*)(KernelContext&);
 // re-registering a name replaces it.
 void register_kernel(std::string_view name, Kernel fn);
 
-// `devices` simulated devices (1..kMaxDevices), each with its own address
-// range: a kernel given another device's pointer faults unless peer access
-// from its device to that one is enabled.
-std::unique_ptr<Backend> make_sim_backend(uint32_t devices = 1);
-
-// Loads a kernel plugin: a shared object exporting
-//   extern "C" void ordo_sim_register(void (*reg)(const char* name, ordo::sim::Kernel fn));
-// which calls reg once per kernel, named like the device kernel it stands in
-// for (the mangled name, e.g. "_Z3addPii"). Returns false with a message.
-bool load_kernel_plugin(const std::string& path, std::string* error);
-
-// Built-in kernels (sim_kernels.cc) with their argument structs, used by the
-// demo, the tests and the benchmarks.
+// Built-in kernels (src/worker/backends/sim/sim_kernels.cc) with their
+// argument structs, used by the demo, the tests and the benchmarks.
 struct NoopArgs {};
 struct FillU32Args { uint64_t dst; uint64_t count; uint32_t value; uint32_t pad; };
 struct SlowCopyArgs { uint64_t dst; uint64_t src; uint64_t bytes; uint32_t sleep_us; uint32_t pad; };
@@ -98,6 +92,5 @@ struct AddU64Args { uint64_t counter; uint64_t value; };
 struct Stamp { uint64_t start; uint64_t end; };
 struct StampArgs { uint64_t stamps; uint32_t index; uint32_t sleep_us; };
 struct VecAddArgs { uint64_t a; uint64_t b; uint64_t c; uint64_t n; };
-void register_builtin_kernels();
 
 }  // namespace ordo::sim

@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "ordo/ivshmem.h"
+#include "ivshmem.h"
 #include "ordo/layout.h"
 
 namespace ordo {

@@ -1,4 +1,4 @@
-#include "ordo/ivshmem.h"
+#include "ivshmem.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,10 +1,10 @@
 #include <cstdio>
 #include <string>
 
-#include "ordo/backend.h"
-#include "ordo/cuda_backend.h"
-#include "ordo/null_backend.h"
-#include "ordo/sim.h"
+#include "backend.h"
+#include "worker/backends/cuda/cuda_backend.h"
+#include "worker/backends/null/null_backend.h"
+#include "worker/backends/sim/sim_backend.h"
 
 namespace ordo {
 

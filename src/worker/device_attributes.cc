@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ordo/backend.h"
+#include "backend.h"
 #include "ordo/layout.h"
 
 namespace ordo {

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ordo/doorbell.h"
+#include "doorbell_waiter.h"
 
 namespace ordo {
 

@@ -15,13 +15,13 @@
 #include <thread>
 #include <vector>
 
-#include "ordo/backend.h"
-#include "ordo/doorbell.h"
-#include "ordo/ivshmem.h"
+#include "backend.h"
+#include "doorbell_waiter.h"
 #include "ordo/region.h"
-#include "ordo/sim.h"
-#include "ordo/worker.h"
 #include "supervisor.h"
+#include "transport/ivshmem.h"
+#include "worker.h"
+#include "worker/backends/sim/sim_backend.h"
 
 namespace {
 

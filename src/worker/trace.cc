@@ -1,4 +1,4 @@
-#include "ordo/trace.h"
+#include "trace.h"
 
 #include <algorithm>
 #include <cinttypes>

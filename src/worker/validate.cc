@@ -1,4 +1,4 @@
-#include "ordo/validate.h"
+#include "validate.h"
 
 namespace ordo {
 namespace {

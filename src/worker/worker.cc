@@ -1,4 +1,4 @@
-#include "ordo/worker.h"
+#include "worker.h"
 
 #include <immintrin.h>
 #include <time.h>
@@ -11,7 +11,7 @@
 #include <thread>
 #include <sstream>
 
-#include "ordo/validate.h"
+#include "validate.h"
 
 namespace ordo {
 namespace {

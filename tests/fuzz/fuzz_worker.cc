@@ -15,9 +15,9 @@
 #include <memory>
 #include <string>
 
-#include "ordo/null_backend.h"
 #include "ordo/region.h"
-#include "ordo/worker.h"
+#include "worker/backends/null/null_backend.h"
+#include "worker/worker.h"
 
 namespace {
 

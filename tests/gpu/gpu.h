@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../status_print.h"
-#include "ordo/cuda_backend.h"
+#include "worker/backends/cuda/cuda_backend.h"
 
 namespace ordo::test {
 

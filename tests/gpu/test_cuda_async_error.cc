@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu.h"
-#include "ordo/backend.h"
+#include "worker/backend.h"
 
 namespace ordo::test {
 namespace {

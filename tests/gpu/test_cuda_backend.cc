@@ -18,8 +18,8 @@
 #include <gtest/gtest.h>
 
 #include "gpu.h"
-#include "ordo/backend.h"
 #include "ordo/sim.h"
+#include "worker/backend.h"
 
 namespace ordo::test {
 namespace {

@@ -19,9 +19,9 @@
 #include <gtest/gtest.h>
 
 #include "gpu.h"
-#include "ordo/backend.h"
-#include "ordo/cuda_backend.h"
 #include "ordo/doorbell.h"
+#include "worker/backend.h"
+#include "worker/backends/cuda/cuda_backend.h"
 
 namespace ordo::test {
 namespace {

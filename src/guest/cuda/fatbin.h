@@ -1,10 +1,11 @@
 // Kernel parameter layouts from an nvcc fat binary, for libcuda.so.1.
 //
 // A CUDA program hands the runtime pointers to each kernel argument; the
-// packed parameter buffer a Launch carries (backend.h) needs each parameter's
-// offset and size, which only the device code knows. nvcc records them in the
-// cubin: section `.nv.info.<kernel>`, attribute EIATTR_KPARAM_INFO, one per
-// parameter. Without a cubin the PTX `.entry` declaration gives the same layout.
+// packed parameter buffer a Launch carries (LaunchParams,
+// src/worker/backend.h) needs each parameter's offset and size, which only the
+// device code knows. nvcc records them in the cubin: section
+// `.nv.info.<kernel>`, attribute EIATTR_KPARAM_INFO, one per parameter.
+// Without a cubin the PTX `.entry` declaration gives the same layout.
 //
 // Fatbin container, as nvcc 13 writes it (little-endian):
 //   header  u32 magic 0xBA55ED50, u16 version, u16 header_size, u64 body_size
@@ -52,8 +53,9 @@ using KernelLayouts = std::map<std::string, KernelLayout, std::less<>>;
 // from the ELF symbol table (STT_OBJECT), for cuModuleGetGlobal.
 using GlobalSizes = std::map<std::string, uint64_t, std::less<>>;
 
-// The packed parameter buffer of one launch (backend.h). Most kernels' fit the
-// inline bytes, so a launch allocates nothing.
+// The packed parameter buffer of one launch (LaunchParams,
+// src/worker/backend.h). Most kernels' fit the inline bytes, so a launch
+// allocates nothing.
 using ParamBuffer = boost::container::small_vector<std::byte, 256>;
 enum class PackError { kNone, kMissingArgument, kBadLayout };
 

@@ -1,6 +1,6 @@
 // The cuda backend's entry points in a build without the CUDA toolkit
 // (meson -Dcuda=disabled, or auto with no nvcc): the worker runs on sim.
-#include "ordo/cuda_backend.h"
+#include "cuda_backend.h"
 
 namespace ordo::cuda {
 

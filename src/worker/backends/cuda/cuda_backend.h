@@ -1,4 +1,4 @@
-// The cuda backend: ordo-worker on a real GPU (src/worker/cuda_backend.cc).
+// The cuda backend: ordo-worker on a real GPU (cuda_backend.cc).
 // Declared whether or not the worker was built with CUDA (meson -Dcuda): without
 // it, probe() says so and make_cuda_backend() returns nullptr.
 #pragma once
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ordo/backend.h"
+#include "worker/backend.h"
 
 namespace ordo::cuda {
 

@@ -1,8 +1,9 @@
 // ordo's built-in kernels for the cuda backend: the same names, argument
-// layouts and effects as the simulator's (src/worker/sim_kernels.cc), so that
-// the demo, the tests and the benchmarks that launch them by name run unchanged
-// on a GPU. Built by nvcc into a fatbin that the worker embeds and loads as
-// module 0 ("no module", backend.h).
+// layouts and effects as the simulator's
+// (src/worker/backends/sim/sim_kernels.cc), so that the demo, the tests and
+// the benchmarks that launch them by name run unchanged on a GPU. Built by nvcc
+// into a fatbin that the worker embeds and loads as module 0 ("no module",
+// src/worker/backend.h).
 //
 // The simulator runs a kernel once for the whole launch; here every kernel uses
 // grid-stride loops, and the ones with a single effect (add_u64, stamp) let one

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "ordo/ivshmem.h"
 #include "ordo/region.h"
+#include "transport/ivshmem.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 // advances as soon as a fence is dispatched.
 #pragma once
 
-#include "ordo/backend.h"
+#include "worker/backend.h"
 
 namespace ordo {
 

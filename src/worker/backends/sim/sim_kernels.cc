@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "ordo/sim.h"
+#include "sim_backend.h"
 
 namespace ordo::sim {
 namespace {

@@ -48,6 +48,7 @@
 
 #include "ordo/layout.h"
 #include "ordo/sim.h"
+#include "sim_backend.h"
 
 namespace ordo::sim {
 

@@ -53,9 +53,9 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_backend.h"
 #include "cuda_completions.h"
 #include "ordo/layout.h"
-#include "ordo/cuda_backend.h"
 
 namespace {
 #include "cuda_builtins_fatbin.h"  // static const unsigned char ordo_cuda_builtins[] (bin2c)

@@ -2,7 +2,7 @@
 // CUDA programs run on the simulator (tests/cuda).
 #include <dlfcn.h>
 
-#include "ordo/sim.h"
+#include "sim_backend.h"
 
 namespace ordo::sim {
 namespace {

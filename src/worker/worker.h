@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "ordo/backend.h"
-#include "ordo/doorbell.h"
+#include "backend.h"
+#include "doorbell_waiter.h"
 #include "ordo/layout.h"
 #include "ordo/ops.h"
 #include "ordo/region.h"
-#include "ordo/trace.h"
+#include "trace.h"
 
 namespace ordo {
 
