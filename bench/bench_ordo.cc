@@ -224,10 +224,14 @@ BENCHMARK(BM_NullCall)->Name("ordo/sync_null_call")->Setup(setup<Config{}>)->Tea
 // through the stream's staging window in chunks, pinned memory (malloc_host,
 // the region's heap) is copied by the worker directly. On the null backend
 // the device side does nothing: what is left is the transport. The region is
-// 1 GiB so a 256 MiB pinned buffer fits its heap.
+// 1 GiB so a 256 MiB pinned buffer fits its heap; copy/sim_64m/ is the
+// default region's size.
 
 constexpr Config kCopySim{.sim = true, .region_mb = 1024};
 constexpr Config kCopyNull{.region_mb = 1024};
+// ordo-worker's default region (64 MiB): a ring's window is 256 KiB, so
+// copies that do not fit the staging pool move in 64 KiB chunks.
+constexpr Config kCopySim64{.sim = true, .region_mb = 64};
 
 enum class Dir { kH2D, kD2H };
 
@@ -287,6 +291,7 @@ void copy_sizes(benchmark::internal::Benchmark* b) {
   BENCHMARK(BM_Copy<Dir::kD2H, pinned>)->Name("copy/" backend "/" kind "_d2h")->Apply(copy_sizes)           \
       ->Setup(setup<config>)->Teardown(teardown)->UseRealTime()->MinTime(kMinTime)
 ORDO_COPY_BENCH("sim", kCopySim, "pageable", false);
+ORDO_COPY_BENCH("sim_64m", kCopySim64, "pageable", false);
 ORDO_COPY_BENCH("sim", kCopySim, "pinned", true);
 ORDO_COPY_BENCH("null", kCopyNull, "pageable", false);
 ORDO_COPY_BENCH("null", kCopyNull, "pinned", true);

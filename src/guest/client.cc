@@ -1168,16 +1168,17 @@ void Client::heap_free(void* p) {
 // ---- the staging pool ------------------------------------------------------
 //
 // Large pageable copies stage through blocks of the pinned heap instead of
-// the ring's fixed window: a copy of megabytes moves in chunks of up to
-// kPoolChunkMax (a handful of entries instead of hundreds), and streams that
-// copy nothing hold none. A block an unfinished H2D copy still reads is
-// freed once its ring completed past the block's fence (reclaim_pool).
+// the ring's fixed window (64 KiB chunks at a 64 MiB region): a copy of
+// megabytes moves in chunks of up to kPoolChunkMax, and streams that copy
+// nothing hold none. Larger chunks measured slower (less overlap, out of
+// cache). A block an unfinished H2D copy still reads is freed once its ring
+// completed past the block's fence (reclaim_pool).
 
 namespace {
 constexpr uint64_t kPoolCopyMin = uint64_t{1} << 20;
 constexpr uint64_t kPoolChunkMin = uint64_t{256} << 10;
-constexpr uint64_t kPoolChunkMax = uint64_t{4} << 20;
-constexpr unsigned kPoolBlocks = 4;  // chunks in flight per copy
+constexpr uint64_t kPoolChunkMax = uint64_t{1} << 20;
+constexpr unsigned kPoolBlocks = 8;  // chunks in flight per copy
 }  // namespace
 
 unsigned Client::pool_blocks(uint64_t size, uint64_t* chunk, std::byte** blocks) {
