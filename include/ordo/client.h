@@ -254,10 +254,8 @@ class Client {
   uint64_t guest_session_ = 0;
   std::atomic<bool> lost_{false};  // the worker died or dropped this session
   std::array<std::atomic<uint64_t>, kMaxDevices> smem_optin_;  // per device: the dynamic shared memory limit; 0 until needed
-  // Per device: the ring of its legacy stream (kNoRing until a thread sets the
-  // device), and the positions of each ring its legacy work already follows
-  // (under that ring's mu).
-  std::array<std::atomic<uint32_t>, kMaxDevices> legacy_ring_;
+  // Per device: the positions of each ring its legacy stream's work already
+  // follows (under the legacy stream's ring mu; allocated when it is opened).
   std::array<std::vector<uint64_t>, kMaxDevices> legacy_covered_;
   std::thread heartbeat_;
   std::mutex beat_mu_;

@@ -206,8 +206,6 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t s
     g->fence_end = g->tail;
     rings_.push_back(std::move(g));
   }
-  for (auto& r : legacy_ring_) r.store(kNoRing, std::memory_order_relaxed);
-  legacy_ring_[0].store(kLegacyRing, std::memory_order_relaxed);
   legacy_covered_[0].assign(l.ring_count, 0);
   rings_[kLegacyRing]->live = 1;
   rings_[kLegacyRing]->on[0].live.store(1, std::memory_order_relaxed);
@@ -603,8 +601,10 @@ void Client::legacy_edges(Ring& g, uint32_t r, uint32_t stream, EdgeList* edges)
     }
   } else if (st.blocking.load(std::memory_order_relaxed)) {
     // Blocking stream work follows everything published on its device's legacy stream.
-    const uint32_t lr = legacy_ring_[d].load(std::memory_order_acquire);
-    if (lr == kNoRing || lr == r) return;
+    const StreamState& legacy = streams_[d];
+    if (!legacy.open.load(std::memory_order_acquire)) return;
+    const uint32_t lr = legacy.ring.load(std::memory_order_relaxed);
+    if (lr == r) return;
     const uint64_t p = rings_[lr]->published.load(std::memory_order_acquire);
     if (p > g.legacy_seen[d]) {
       edges->push_back({lr, 0, p});
@@ -749,30 +749,27 @@ uint32_t Client::choose_ring_locked() const {
 }
 
 Status Client::open_legacy(ThreadState& t, uint32_t d) {
-  uint32_t r;
-  {
-    std::lock_guard lock(rings_mu_);
-    if (legacy_ring_[d].load(std::memory_order_relaxed) != kNoRing) return Status::kSuccess;
-    r = choose_ring_locked();
-    Ring& g = *rings_[r];
-    ++g.live;
-    g.on[d].live.fetch_add(1, std::memory_order_release);
-    legacy_covered_[d].assign(rings_.size(), 0);
-    StreamState& st = streams_[d];
-    st.ring.store(r, std::memory_order_relaxed);
-    st.device.store(d, std::memory_order_relaxed);
-    st.open.store(true, std::memory_order_release);
-    // Published while rings_mu_ is held, so nobody binds the stream before the
-    // create below is on its ring: the ring lock is taken in order after it.
-    std::lock_guard rl(g.mu);
-    legacy_ring_[d].store(r, std::memory_order_release);
-    region_->header()->ring_open[r / 64].fetch_or(uint64_t{1} << (r % 64), std::memory_order_release);
-    Entry e{};
-    e.op = uint16_t(Op::StreamCreate);
-    e.arg[0] = kStreamLegacy;
-    e.arg[2] = d;
-    push_locked(t, g, r, d, e, nullptr);
-  }
+  std::lock_guard lock(rings_mu_);
+  StreamState& st = streams_[d];
+  if (st.open.load(std::memory_order_relaxed)) return Status::kSuccess;
+  const uint32_t r = choose_ring_locked();
+  Ring& g = *rings_[r];
+  ++g.live;
+  g.on[d].live.fetch_add(1, std::memory_order_release);
+  legacy_covered_[d].assign(rings_.size(), 0);
+  st.ring.store(r, std::memory_order_relaxed);
+  st.device.store(d, std::memory_order_relaxed);
+  // Opened under rings_mu_: a thread reaches device d's legacy stream only
+  // after its own set_device(d), which waits here, so nothing is pushed on the
+  // stream before its create below.
+  st.open.store(true, std::memory_order_release);
+  region_->header()->ring_open[r / 64].fetch_or(uint64_t{1} << (r % 64), std::memory_order_release);
+  Entry e{};
+  e.op = uint16_t(Op::StreamCreate);
+  e.arg[0] = kStreamLegacy;
+  e.arg[2] = d;
+  std::lock_guard rl(g.mu);
+  push_locked(t, g, r, d, e, nullptr);
   return Status::kSuccess;
 }
 
@@ -794,6 +791,17 @@ bool Client::device_of(Stream s, uint32_t* device) {
   return true;
 }
 
+namespace {
+Entry peer_request(uint32_t device, uint32_t peer, PeerCmd cmd) {
+  Entry e{};
+  e.op = uint16_t(Op::PeerAccess);
+  e.arg[0] = device;
+  e.arg[1] = peer;
+  e.arg[2] = uint64_t(cmd);
+  return e;
+}
+}  // namespace
+
 Status Client::can_access_peer(int* can, uint32_t device, uint32_t peer) {
   ThreadState& t = thread();
   if (!can) return finish_own(t, Status::kInvalidValue);
@@ -802,13 +810,8 @@ Status Client::can_access_peer(int* can, uint32_t device, uint32_t peer) {
     *can = 0;
     return finish_own(t, Status::kSuccess);
   }
-  Entry e{};
-  e.op = uint16_t(Op::PeerAccess);
-  e.arg[0] = device;
-  e.arg[1] = peer;
-  e.arg[2] = uint64_t(PeerCmd::kQuery);
   uint64_t r0 = 0;
-  const Status s = call(e, &r0);
+  const Status s = call(peer_request(device, peer, PeerCmd::kQuery), &r0);
   if (ok(s)) *can = r0 ? 1 : 0;
   return finish_own(t, s);
 }
@@ -816,12 +819,7 @@ Status Client::can_access_peer(int* can, uint32_t device, uint32_t peer) {
 Status Client::peer_access(uint32_t peer, PeerCmd cmd) {
   ThreadState& t = thread();
   if (peer >= device_count_ || peer == t.device) return finish(t, Status::kInvalidDevice);
-  Entry e{};
-  e.op = uint16_t(Op::PeerAccess);
-  e.arg[0] = t.device;
-  e.arg[1] = peer;
-  e.arg[2] = uint64_t(cmd);
-  return finish(t, call(e));
+  return finish(t, call(peer_request(t.device, peer, cmd)));
 }
 
 Status Client::enable_peer_access(uint32_t peer) { return peer_access(peer, PeerCmd::kEnable); }
@@ -1226,8 +1224,7 @@ Status Client::free_host(void* ptr) {
   if (!is_pinned(ptr, 1)) return finish(t, Status::kInvalidValue);
   // Any device's copies may still read or write it.
   if (Status s = synchronize_all(t); !ok(s)) return s;
-  std::lock_guard lock(heap_->mu);
-  heap_->buf->deallocate(ptr);
+  heap_free(ptr);
   return finish(t, Status::kSuccess);
 }
 
@@ -1472,10 +1469,7 @@ Status Client::module_load(const void* image, uint64_t size, uint32_t* module) {
   e.arg[1] = size;
   uint64_t id = 0;
   const Status s = call(e, &id);
-  {
-    std::lock_guard lock(heap_->mu);  // the worker copied it out before answering
-    heap_->buf->deallocate(staged);
-  }
+  heap_free(staged);  // the worker copied it out before answering
   if (ok(s)) *module = uint32_t(id);
   return finish_own(t, s);
 }
@@ -1633,7 +1627,7 @@ Status Client::stream_order_wait(Stream s) {
   if (opt_.ordered && b.id < kMaxDevices) {
     legacy_targets(t, d, &targets);
   } else if (opt_.ordered && b.st->blocking.load(std::memory_order_relaxed)) {
-    fence_target(t, legacy_ring_[d].load(std::memory_order_acquire), &targets);
+    fence_target(t, streams_[d].ring.load(std::memory_order_relaxed), &targets);
   }
   return wait_targets(t, targets);
 }

@@ -358,7 +358,10 @@ bool capture_done(const Capture& c) { return c.stream->done(c.seq); }
 class Device final : public Backend {
  public:
   explicit Device(uint32_t devices) : devices_(devices), blocking_(devices), destroyed_blocking_(devices) {
-    for (uint32_t d = 0; d < devices_; ++d) streams_[d] = start_stream_locked(d, d, false, true);
+    for (uint32_t d = 0; d < devices_; ++d) {
+      streams_[d] = start_stream_locked(d, d, false, true);
+      next_addr_[d] = kDeviceBase + (uint64_t{d} << kDeviceSpanShift);
+    }
   }
 
   ~Device() override {
@@ -569,7 +572,6 @@ class Device final : public Backend {
     if (!block.allocate(size)) return Status::kMemoryAllocation;
     std::unique_lock lk(mem_mu_);
     uint64_t& next = next_addr_[device];
-    if (next == 0) next = kDeviceBase + (uint64_t{device} << kDeviceSpanShift);
     const uint64_t addr = next;
     // Round up and leave an unmapped gap so that adjacent allocations never touch.
     const uint64_t end = next + (size + kAllocAlign - 1) / kAllocAlign * kAllocAlign + kAllocAlign;
@@ -905,7 +907,7 @@ class Device final : public Backend {
 
   mutable std::shared_mutex mem_mu_;
   std::map<uint64_t, std::shared_ptr<HostBlock>> allocs_;  // guarded by mem_mu_
-  std::array<uint64_t, kMaxDevices> next_addr_{};  // guarded by mem_mu_; per device, 0 until its first allocation
+  std::array<uint64_t, kMaxDevices> next_addr_{};  // guarded by mem_mu_; per device: its next address
 
   std::mutex modules_mu_;
   std::set<uint32_t> modules_;  // guarded by modules_mu_
