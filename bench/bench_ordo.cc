@@ -99,8 +99,8 @@ class Env {
     region_ = ordo::Region::create(path_, l, &err);
     if (!region_) die(err);
     if (c.sim) {
-      // Unpinned, so are the stream threads it starts: they need a CPU besides
-      // the worker's and the caller's.
+      // Made unpinned: its stream threads run on any CPU (the sim gives them
+      // the CPUs it was made on), while the worker keeps its own.
       std::thread([&] {
         pin(kAnyCpu);
         backend_ = ordo::make_backend("sim", &err);
@@ -117,10 +117,7 @@ class Env {
     if (!c.idle_sleep) wo.spin = std::chrono::milliseconds(50);
     wo.quiet = true;
     worker_ = std::make_unique<ordo::Worker>(*region_, *backend_, wo);
-    thread_ = std::thread([w = worker_.get(), sim = c.sim] {
-      pin(sim ? kAnyCpu : kServerCpu);  // sim: stream threads created on this thread inherit its mask
-      w->run(nullptr);
-    });
+    thread_ = server_thread([w = worker_.get()] { w->run(nullptr); });
     client_ = ordo::Client::attach(path_, &err, ordo::ClientOptions{.ordered = c.guest_edges});
     if (!client_) die(err);
     if (!ok(client_->kernel_lookup("ordo_noop", &kernel_))) die("kernel_lookup(ordo_noop) failed");

@@ -1,7 +1,8 @@
 // The CPU simulator backend.
 //
 // Threads: one host thread per stream runs that stream's ops strictly in FIFO
-// order. The caller (the worker's dispatch thread) only ever enqueues.
+// order. The caller (the worker's dispatch thread) enqueues, except that it runs
+// a short copy or memset itself when the stream is idle (Device::run_inline).
 //
 // Locking:
 //   Device::mu_     stream table, event table, every stream's `enqueued` count
@@ -21,6 +22,8 @@
 // such a point; dependencies between streams (stream_wait_event, the legacy
 // default stream's implicit synchronization) are WaitOps in the waiting stream's
 // queue that block its thread on the other stream's condition variable.
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -67,6 +70,9 @@ constexpr uint32_t kMaxKernels = 65536;
 constexpr uint64_t kMaxAllocBytes = uint64_t{64} << 30;
 constexpr uint64_t kAllocAlign = 256;
 constexpr uint64_t kMmapThreshold = uint64_t{1} << 20;
+// The largest copy or memset the dispatching thread runs itself (Device::run_inline):
+// about 100 us of memcpy, so the worker's other rings wait no longer than that.
+constexpr uint64_t kInlineBytes = uint64_t{4} << 20;
 // Synthetic device addresses are non-canonical on x86-64 and AArch64 (4- and
 // 5-level paging alike), so they can never equal a real host pointer.
 constexpr uint64_t kDeviceBase = 0x0d00'0000'0000'0000;
@@ -294,6 +300,7 @@ struct Stream {
   std::deque<Op> queue;             // guarded by mu
   bool stopping = false;            // guarded by mu
   bool idle = false;                // guarded by mu
+  bool inline_busy = false;         // guarded by mu: an op runs on the dispatching thread (run_inline)
   uint32_t done_waiters = 0;        // guarded by mu
   std::multimap<uint64_t, std::function<void()>> notifies;  // guarded by mu
   // Completed ops; stored by the stream thread only.
@@ -358,6 +365,7 @@ bool capture_done(const Capture& c) { return c.stream->done(c.seq); }
 class Device final : public Backend {
  public:
   explicit Device(uint32_t devices) : devices_(devices), blocking_(devices), destroyed_blocking_(devices) {
+    if (sched_getaffinity(0, sizeof cpus_, &cpus_) != 0) CPU_ZERO(&cpus_);
     for (uint32_t d = 0; d < devices_; ++d) {
       streams_[d] = start_stream_locked(d, d, false, true);
       next_addr_[d] = kDeviceBase + (uint64_t{d} << kDeviceSpanShift);
@@ -450,11 +458,7 @@ class Device final : public Backend {
       if (Status st = check_operand(dst, size); !ok(st)) return st;
       if (Status st = check_operand(src, size); !ok(st)) return st;
     }
-    std::lock_guard lk(mu_);
-    Stream* s = find_stream_locked(stream);
-    if (!s) return Status::kInvalidResourceHandle;
-    if (size != 0) push_locked(*s, Op{tag, CopyOp{dst, src, size}});
-    return Status::kSuccess;
+    return push_or_run(stream, Op{tag, CopyOp{dst, src, size}}, size);
   }
 
   Status memset(uint32_t stream, uint64_t dst, uint8_t value, uint64_t size,
@@ -462,10 +466,22 @@ class Device final : public Backend {
     if (size != 0) {
       if (Status st = check_operand(MemOperand{true, dst}, size); !ok(st)) return st;
     }
-    std::lock_guard lk(mu_);
-    Stream* s = find_stream_locked(stream);
-    if (!s) return Status::kInvalidResourceHandle;
-    if (size != 0) push_locked(*s, Op{tag, SetOp{dst, size, value}});
+    return push_or_run(stream, Op{tag, SetOp{dst, size, value}}, size);
+  }
+
+  // A copy or memset of `size` bytes: run on this thread when its stream is
+  // idle and it is short enough not to hold up the worker's other rings.
+  Status push_or_run(uint32_t stream, Op&& op, uint64_t size) {
+    std::shared_ptr<Stream> claimed;
+    {
+      std::lock_guard lk(mu_);
+      Stream* s = find_stream_locked(stream);
+      if (!s) return Status::kInvalidResourceHandle;
+      if (size == 0) return Status::kSuccess;
+      if (!enqueue_locked(*s, op, size <= kInlineBytes)) return Status::kSuccess;
+      claimed = streams_[stream];
+    }
+    run_inline(*claimed, op);
     return Status::kSuccess;
   }
 
@@ -739,7 +755,12 @@ class Device final : public Backend {
   std::shared_ptr<Stream> start_stream_locked(uint32_t id, uint32_t device, bool blocking, bool legacy) {
     auto s = std::make_shared<Stream>(id, device, blocking, legacy);
     workers_.reserve(workers_.size() + 1);
-    std::thread t([this, s] { run(*s); });
+    std::thread t([this, s] {
+      // A stream is a device engine: it runs where the device was made, not on
+      // the CPU a latency-minded dispatcher pinned itself to.
+      if (CPU_COUNT(&cpus_) != 0) pthread_setaffinity_np(pthread_self(), sizeof cpus_, &cpus_);
+      run(*s);
+    });
     workers_.push_back(Worker{s, std::move(t)});
     return s;
   }
@@ -778,7 +799,13 @@ class Device final : public Backend {
 
   // Enqueues `op` on `s` after the implicit legacy-default-stream dependencies.
   // Requires mu_.
-  void push_locked(Stream& s, Op&& op) {
+  void push_locked(Stream& s, Op&& op) { enqueue_locked(s, op, false); }
+
+  // As push_locked; but when `may_inline` and `s` has nothing to wait for (its
+  // thread asleep with every earlier op complete, no implicit dependency
+  // pending), claims the stream and returns true without taking `op`: the
+  // caller drops mu_ and calls run_inline. Requires mu_.
+  bool enqueue_locked(Stream& s, Op& op, bool may_inline) {
     std::unique_lock lk(s.mu);
     if (s.blocking) {
       // Wait for all work enqueued on its device's legacy stream so far.
@@ -806,9 +833,31 @@ class Device final : public Backend {
         destroyed_blocking_[s.device] = false;
       }
     }
+    if (may_inline && s.idle && s.queue.empty() && !s.inline_busy) {
+      s.inline_busy = true;
+      ++s.enqueued;
+      return true;
+    }
     s.queue.push_back(std::move(op));
     ++s.enqueued;
-    const bool wake = s.idle;
+    const bool wake = s.idle && !s.inline_busy;  // else run_inline wakes it
+    lk.unlock();
+    if (wake) s.work_cv.notify_one();
+    return false;
+  }
+
+  // Runs an op that enqueue_locked claimed for the calling thread, as the
+  // stream's thread would have: a copy into an idle stream starts at once on a
+  // GPU, and handing it to a sleeping thread costs more than a small copy (tens
+  // of microseconds on a busy machine). Ops enqueued meanwhile wait in the queue.
+  void run_inline(Stream& s, Op& op) {
+    std::vector<std::function<void()>> ready;
+    execute(op);
+    s.complete_one(ready);
+    for (auto& fn : ready) run_guarded(fn);  // before later ops complete, as on the stream thread
+    std::unique_lock lk(s.mu);
+    s.inline_busy = false;
+    const bool wake = s.idle && (!s.queue.empty() || s.stopping);
     lk.unlock();
     if (wake) s.work_cv.notify_one();
   }
@@ -827,7 +876,7 @@ class Device final : public Backend {
           std::this_thread::yield();
           lk.lock();
         }
-        while (s.queue.empty() && !s.stopping) {
+        while (s.inline_busy || (s.queue.empty() && !s.stopping)) {
           s.idle = true;
           s.work_cv.wait(lk);
           s.idle = false;
@@ -896,6 +945,7 @@ class Device final : public Backend {
   }
 
   const uint32_t devices_;
+  cpu_set_t cpus_;  // the constructing thread's CPUs: every stream thread's
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<Stream>> streams_ = std::vector<std::shared_ptr<Stream>>(kMaxStreams);  // guarded by mu_; by stream id
   // Per device: live blocking streams, plus destroyed ones its legacy stream has yet to depend on.
