@@ -277,9 +277,73 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(n));
 }
 
+// The floor of a staged copy on this machine: the bytes go through staging
+// blocks from one thread to the other, as a pageable copy through ordo on the
+// sim goes from the guest to the worker, with the client's chunking (an eighth
+// of the copy, 256 KiB to 1 MiB, up to 8 blocks) and a counter each way instead
+// of a protocol. What ordo adds is the ratio of the two; what the machine
+// charges for two copies on two cores is this against memcpy.
+template <Dir D>
+void BM_StagedMemcpy(benchmark::State& state) {
+  const uint64_t n = uint64_t(state.range(0));
+  const uint64_t chunk = std::clamp<uint64_t>((n / 8 + 4095) & ~uint64_t{4095}, 256 << 10, 1 << 20);
+  const uint64_t chunks = (n + chunk - 1) / chunk;
+  const uint64_t nb = std::min<uint64_t>(8, chunks);
+  std::vector<std::byte> src(n, std::byte{1}), dst(n, std::byte{0}), staging(nb * chunk, std::byte{0});
+  // Counts run on across rounds: chunk i of round r is number r * chunks + i.
+  alignas(64) std::atomic<uint64_t> filled{0};
+  alignas(64) std::atomic<uint64_t> drained{0};
+  alignas(64) std::atomic<uint64_t> rounds{0};
+  alignas(64) std::atomic<bool> stop{false};
+  auto spin_until = [&](auto done) {
+    while (!done()) {
+      if (stop.load(std::memory_order_relaxed)) return false;
+      _mm_pause();
+    }
+    return true;
+  };
+  auto part = [&](uint64_t i) { return std::min(chunk, n - i * chunk); };
+  // Each side copies its half of every chunk of one round.
+  auto produce = [&](uint64_t base) {
+    for (uint64_t i = 0; i < chunks; ++i) {
+      if (!spin_until([&] { return base + i - drained.load(std::memory_order_acquire) < nb; })) return;
+      std::memcpy(staging.data() + (i % nb) * chunk, src.data() + i * chunk, part(i));
+      filled.store(base + i + 1, std::memory_order_release);
+    }
+  };
+  auto consume = [&](uint64_t base) {
+    for (uint64_t i = 0; i < chunks; ++i) {
+      if (!spin_until([&] { return filled.load(std::memory_order_acquire) > base + i; })) return;
+      std::memcpy(dst.data() + i * chunk, staging.data() + (i % nb) * chunk, part(i));
+      drained.store(base + i + 1, std::memory_order_release);
+    }
+  };
+  std::thread server = server_thread([&] {
+    for (uint64_t r = 0;; ++r) {
+      if (!spin_until([&] { return rounds.load(std::memory_order_acquire) > r; })) return;
+      D == Dir::kH2D ? consume(r * chunks) : produce(r * chunks);
+    }
+  });
+  uint64_t r = 0;
+  for (auto _ : state) {
+    rounds.store(r + 1, std::memory_order_release);
+    D == Dir::kH2D ? produce(r * chunks) : consume(r * chunks);
+    ++r;
+    spin_until([&] { return drained.load(std::memory_order_acquire) == r * chunks; });  // H2D: the server's last copy
+  }
+  stop.store(true);
+  server.join();
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(n));
+}
+
 void copy_sizes(benchmark::internal::Benchmark* b) {
   for (int64_t n : {int64_t{4} << 10, int64_t{64} << 10, int64_t{1} << 20, int64_t{16} << 20, int64_t{256} << 20})
     b->Arg(n);
+}
+
+// The sizes that stage through the pinned heap (the client's kPoolCopyMin and up).
+void pool_sizes(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {int64_t{1} << 20, int64_t{16} << 20, int64_t{256} << 20}) b->Arg(n);
 }
 
 #define ORDO_COPY_BENCH(backend, config, kind, pinned)                                                      \
@@ -293,6 +357,10 @@ ORDO_COPY_BENCH("sim", kCopySim, "pinned", true);
 ORDO_COPY_BENCH("null", kCopyNull, "pageable", false);
 ORDO_COPY_BENCH("null", kCopyNull, "pinned", true);
 BENCHMARK(BM_Memcpy)->Name("baseline/memcpy")->Apply(copy_sizes)->UseRealTime()->MinTime(kMinTime);
+BENCHMARK(BM_StagedMemcpy<Dir::kH2D>)->Name("baseline/staged_memcpy_h2d")->Apply(pool_sizes)->UseRealTime()
+    ->MinTime(kMinTime);
+BENCHMARK(BM_StagedMemcpy<Dir::kD2H>)->Name("baseline/staged_memcpy_d2h")->Apply(pool_sizes)->UseRealTime()
+    ->MinTime(kMinTime);
 
 // Diagnostic: one Worker::poll_once() with nothing to do (no worker thread; an
 // attached but idle client, its legacy ring and 64 idle reply slots). A request
