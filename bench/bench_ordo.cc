@@ -366,6 +366,7 @@ BENCHMARK(BM_StagedMemcpy<Dir::kD2H>)->Name("baseline/staged_memcpy_d2h")->Apply
 // attached but idle client, its legacy ring and 64 idle reply slots). A request
 // waits on average half a pass before the worker sees it, so this bounds how
 // close the sync round trip can get to the ping-pong floor.
+template <bool serve>
 void BM_IdlePass(benchmark::State& state) {
   const std::string path = "/dev/shm/ordo-bench-" + std::to_string(getpid()) + "-idle";
   ordo::Layout l;
@@ -388,12 +389,31 @@ void BM_IdlePass(benchmark::State& state) {
     while (!attached.load()) w.poll_once();
     attacher.join();
     if (!client) die(err);
-    for (auto _ : state) benchmark::DoNotOptimize(w.poll_once());
+    if (!serve) {
+      for (auto _ : state) benchmark::DoNotOptimize(w.poll_once());
+    } else {
+      // A slot no client thread uses, as a guest thread would call on it.
+      const uint32_t s = l.slot_count - 2;
+      ordo::ReplySlot& slot = region->slot(s);
+      ordo::Entry e{};
+      e.op = uint16_t(ordo::Op::Null);
+      uint64_t seq = slot.request.seq.load();
+      for (auto _ : state) {
+        ordo::write_request(slot, e, ++seq);
+        if (!slot.watched.load(std::memory_order_relaxed)) ordo::post_slot(region->header(), s);
+        w.poll_once();
+        if (slot.reply_seq.load(std::memory_order_acquire) != seq) die("the worker did not answer in one pass");
+      }
+    }
   }
   region.reset();
   unlink(path.c_str());
 }
-BENCHMARK(BM_IdlePass)->Name("ordo/worker_idle_pass")->MinTime(kMinTime);
+BENCHMARK(BM_IdlePass<false>)->Name("ordo/worker_idle_pass")->MinTime(kMinTime);
+// Diagnostic: a null call written and answered on one thread (write_request,
+// then one poll_once): what both sides' code costs a sync call, without the
+// cache-line transfers and the waiting that the round trip adds.
+BENCHMARK(BM_IdlePass<true>)->Name("ordo/serve_pass")->MinTime(kMinTime);
 
 // Sustained async launches (16-byte args), each thread on the stream Env gave it.
 // `mixed`: every 8th launch goes to the legacy stream instead, so blocking

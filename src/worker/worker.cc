@@ -477,13 +477,18 @@ bool Worker::try_slot(uint32_t s) {
     } req;
     static_assert(sizeof req == sizeof(SlotRequest) && offsetof(decltype(req), arg) == offsetof(SlotRequest, arg));
     std::memcpy(&req, &slot.request, sizeof req);
-    ss.entry = Entry{};
-    ss.entry.op = req.op;
-    ss.entry.flags = req.flags;
-    ss.entry.edge_count = req.edge_count;
-    ss.entry.thread = s;
-    std::memcpy(ss.entry.arg, req.arg, sizeof req.arg);
-    if (req.edge_count) std::memcpy(ss.entry.edges, slot.edges, sizeof slot.edges);
+    // Field by field: `ss.entry = Entry{}` compiled to a `rep stos`, a third
+    // of the worker's own cost of a null call.
+    Entry& en = ss.entry;
+    en.op = req.op;
+    en.flags = req.flags;
+    en.edge_count = req.edge_count;
+    std::memset(en.reserved0, 0, sizeof en.reserved0);
+    en.thread = s;
+    en.stream = 0;
+    if (req.edge_count) std::memcpy(en.edges, slot.edges, sizeof en.edges);
+    else std::memset(en.edges, 0, sizeof en.edges);
+    std::memcpy(en.arg, req.arg, sizeof req.arg);
     std::string why;
     Status st = check_entry(ss.entry, Path::Slot, layout_, &why);
     if (ok(st)) st = check_edges(ss.entry, kMaxRings, &why);
