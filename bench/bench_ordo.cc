@@ -241,6 +241,14 @@ void BM_Copy(benchmark::State& state) {
     state.SkipWithError("malloc failed");
     return;
   }
+  // Touched, as the host buffers are: the sim's device memory is mapped lazily,
+  // so an untouched one would time page faults (H2D) or reads of the shared
+  // zero page (D2H).
+  if (!ok(c.memset_async(dev, 2, n, ordo::kLegacyStream)) || !ok(c.stream_synchronize(ordo::kLegacyStream))) {
+    state.SkipWithError("memset failed");
+    c.free(dev);
+    return;
+  }
   std::vector<std::byte> pageable;
   void* host = nullptr;
   if (kPinned) {
