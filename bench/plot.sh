@@ -5,14 +5,15 @@
 #       --benchmark_out=run.json --benchmark_out_format=json
 #   bench/plot.sh OUT_DIR run.json [run2.json ...]
 #
-# Writes OUT_DIR/{latency,throughput,ordering,tracing,copies_h2d,copies_d2h}.png; a plot whose
-# benchmarks are missing from the JSON is skipped with a message. The note on
+# Writes OUT_DIR/{latency,throughput,ordering,tracing,copies_h2d,copies_d2h,copies_sim_h2d,
+# copies_sim_d2h}.png; a plot whose benchmarks are missing from the JSON is
+# skipped with a message. The note on
 # each plot names this machine (nproc, /proc/cpuinfo), so run it where the
 # benchmark ran, or set ORDO_PLOT_MACHINE. Needs gnuplot (gnuplot-nox) and python3.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
-  sed -n '2,11s/^# \{0,1\}//p' "$0" >&2
+  sed -n '2,12s/^# \{0,1\}//p' "$0" >&2
   exit 2
 fi
 out=$1
@@ -106,5 +107,16 @@ set offsets graph 0.03, graph 0.03, 0, 0
 set yrange [0:*]
 set key top left
 plot for [i=0:copies_${d}_n - 1] f index i using 1:2:3:4 with yerrorlines pt 7 lw 2 title columnheader(1)
+"
+  plot copies_sim_$d "
+set title \"Synchronous copies $dir through ordo's sim backend vs memcpy (higher is better)\"
+set xlabel \"copy size (bytes, log scale)\"
+set ylabel \"bandwidth (GB/s)\"
+set logscale x 4
+set xtics (\"4 KiB\" 4096, \"16 KiB\" 16384, \"64 KiB\" 65536, \"256 KiB\" 262144, \"1 MiB\" 1048576, \"4 MiB\" 4194304, \"16 MiB\" 16777216, \"64 MiB\" 67108864, \"256 MiB\" 268435456)
+set offsets graph 0.03, graph 0.03, 0, 0
+set yrange [0:*]
+set key top right
+plot for [i=0:copies_sim_${d}_n - 1] f index i using 1:2:3:4 with yerrorlines pt 7 lw 2 title columnheader(1)
 "
 done

@@ -3,7 +3,7 @@
 
   bench/plot_data.py DATA_DIR MACHINE RUN.json [RUN.json ...]
 
-Writes DATA_DIR/{latency,throughput,ordering,tracing,copies_h2d,copies_d2h}.dat
+Writes DATA_DIR/{latency,throughput,ordering,tracing,copies_h2d,copies_d2h,copies_sim_h2d,copies_sim_d2h}.dat
 for the plots whose
 benchmarks are present (a message on stderr for each one that is not), and
 DATA_DIR/vars.gp with the note and axis ranges. A value is the median aggregate
@@ -158,6 +158,25 @@ def copies(r, data_dir, gp):
         gp.append(f"{name}_n = {len(blocks)}")
 
 
+def sim_copies(r, data_dir, gp):
+    """bench_ordo: copy bandwidth against size through the sim backend, with memcpy and the staged floor."""
+    sizes = [4 << 10 << (2 * i) for i in range(10)]
+    for d in ("h2d", "d2h"):
+        blocks = []
+        for bench, label in ((f"baseline/memcpy", "memcpy"),
+                             (f"baseline/staged_memcpy_{d}", "staged floor (two threads)"),
+                             (f"copy/sim_64m/pageable_{d}", "ordo, pageable (64 MiB region)"),
+                             (f"copy/sim/pinned_{d}", "ordo, pinned")):
+            pts = [(n, r.get(f"{bench}/{n}", "bytes_per_second")) for n in sizes]
+            pts = [f"{n} {v[0] / 1e9:.4g} {v[1] / 1e9:.4g} {v[2] / 1e9:.4g}" for n, v in pts if v]
+            if pts:
+                blocks.append("\n".join([f'"{label}"'] + pts))
+        name = "copies_sim_" + d
+        # Only memcpy is no plot: ordo's copies are what it is drawn for.
+        write(data_dir, name, ["\n\n\n".join(blocks)] if len(blocks) > 1 else [], "no copy/* benchmarks (bench_ordo)")
+        gp.append(f"{name}_n = {len(blocks)}")
+
+
 def main(data_dir, machine, paths):
     r = Runs(paths)
     ctx = r.context
@@ -177,6 +196,7 @@ def main(data_dir, machine, paths):
     ordering(r, data_dir)
     tracing(r, data_dir)
     copies(r, data_dir, gp)
+    sim_copies(r, data_dir, gp)
     with open(os.path.join(data_dir, "vars.gp"), "w") as f:
         f.write("\n".join(gp) + "\n")
     if not os.environ.get("ORDO_PLOT_MACHINE") and ctx.get("num_cpus") and f"{ctx['num_cpus']} CPUs" not in machine:
