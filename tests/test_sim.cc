@@ -2,6 +2,7 @@
 // memory and error reporting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -185,6 +186,74 @@ TEST_F(SimTest, SlowCopyReadsBeforeEventOrderedOverwrite) {
   ASSERT_TRUE(sync(2));
   for (uint8_t v : read<uint8_t>(dst, 64)) ASSERT_EQ(v, 0x11);
   for (uint8_t v : read<uint8_t>(src, 64)) ASSERT_EQ(v, 0xff);
+}
+
+// Copies and memsets of up to 4 MiB into an idle stream run on the calling
+// thread (run_inline). Into a stream with unfinished work they wait their turn.
+TEST_F(SimTest, ShortCopyIntoIdleStreamIsDoneOnReturn) {
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
+  const uint64_t x = alloc(64);
+  // Idle means the stream's thread is asleep: give it time to get there, and
+  // retry on a machine slow enough to miss that.
+  bool done_on_return = false;
+  // Static: a copy still queued when an assertion returns early writes here later.
+  static std::array<uint8_t, 64> out;
+  out.fill(0);
+  for (int attempt = 0; attempt < 50 && !done_on_return; ++attempt) {
+    ASSERT_TRUE(sync(1));
+    std::this_thread::sleep_for(kSettle);
+    const uint8_t value = uint8_t(attempt + 1);
+    ASSERT_EQ(b_->memset(1, x, value, 64, {}), Status::kSuccess);
+    ASSERT_EQ(b_->memcpy(1, host(out.data()), dev(x), 64, {}), Status::kSuccess);
+    done_on_return = std::all_of(out.begin(), out.end(), [&](uint8_t v) { return v == value; });
+  }
+  ASSERT_TRUE(sync(1));
+  EXPECT_TRUE(done_on_return) << "no copy into the idle stream was done when memcpy returned";
+}
+
+TEST_F(SimTest, ShortCopyIntoBusyStreamWaitsItsTurn) {
+  ASSERT_EQ(b_->stream_create(1, 0, false, 0), Status::kSuccess);
+  const uint64_t x = alloc(64);
+  Gate gate;
+  b_->host_callback(1, gate.waiter());
+  ASSERT_EQ(b_->memset(1, x, 0x22, 64, {}), Status::kSuccess);
+  static std::array<uint8_t, 64> out;  // static: the copy may still be queued when an assertion returns
+  out.fill(0);
+  ASSERT_EQ(b_->memcpy(1, host(out.data()), dev(x), 64, {}), Status::kSuccess);
+  std::this_thread::sleep_for(kSettle);
+  for (uint8_t v : out) ASSERT_EQ(v, 0);  // neither ran past the gate
+  for (uint8_t v : read<uint8_t>(x, 64, 0)) ASSERT_EQ(v, 0);
+  gate.open();
+  ASSERT_TRUE(sync(1));
+  for (uint8_t v : out) ASSERT_EQ(v, 0x22);  // in stream order: the memset, then the copy
+}
+
+TEST_F(SimTest, ShortCopiesKeepTheLegacyStreamsImplicitOrder) {
+  ASSERT_EQ(b_->stream_create(1, 0, true, 0), Status::kSuccess);   // blocking
+  ASSERT_EQ(b_->stream_create(2, 0, false, 0), Status::kSuccess);  // non-blocking: reads while the others wait
+  const uint64_t x = alloc(64), y = alloc(64);
+  {
+    // A blocking stream's copy follows the legacy stream's earlier work.
+    Gate gate;
+    b_->host_callback(0, gate.waiter());
+    ASSERT_EQ(b_->memset(1, x, 0x33, 64, {}), Status::kSuccess);
+    std::this_thread::sleep_for(kSettle);
+    for (uint8_t v : read<uint8_t>(x, 64, 2)) ASSERT_EQ(v, 0);
+    gate.open();
+    ASSERT_TRUE(sync(1));
+    for (uint8_t v : read<uint8_t>(x, 64, 2)) ASSERT_EQ(v, 0x33);
+  }
+  {
+    // The legacy stream's copy follows a blocking stream's earlier work.
+    Gate gate;
+    b_->host_callback(1, gate.waiter());
+    ASSERT_EQ(b_->memset(0, y, 0x44, 64, {}), Status::kSuccess);
+    std::this_thread::sleep_for(kSettle);
+    for (uint8_t v : read<uint8_t>(y, 64, 2)) ASSERT_EQ(v, 0);
+    gate.open();
+    ASSERT_TRUE(sync(0));
+    for (uint8_t v : read<uint8_t>(y, 64, 2)) ASSERT_EQ(v, 0x44);
+  }
 }
 
 TEST_F(SimTest, WaitOnNeverRecordedEventIsNoop) {
