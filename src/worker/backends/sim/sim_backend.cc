@@ -303,7 +303,7 @@ struct Stream {
   bool inline_busy = false;         // guarded by mu: an op runs on the dispatching thread (run_inline)
   uint32_t done_waiters = 0;        // guarded by mu
   std::multimap<uint64_t, std::function<void()>> notifies;  // guarded by mu
-  // Completed ops; stored by the stream thread only.
+  // Completed ops; stored by the stream thread, or by run_inline while that thread sleeps.
   std::atomic<uint64_t> completed{0};
   // done_waiters + notifies.size(), changed under mu. The stream thread takes mu
   // after a completion only when this is nonzero. Both sides use seq_cst (store
