@@ -95,28 +95,22 @@ plot ordering "$(pairs "Ordering on vs off, paired A/B phases in one benchmark (
 plot tracing "$(pairs "Worker tracing (--trace) on vs off, independent streams (higher is better)" \
   "throughput (M launches/s)" "trace off" "trace on")"
 
+copies() {  # NAME TITLE KEY-POSITION: bandwidth against size, one line per series
+  cat <<EOF
+set title "$2"
+set xlabel "copy size (bytes, log scale)"
+set ylabel "bandwidth (GB/s)"
+set logscale x 4
+set xtics ("4 KiB" 4096, "16 KiB" 16384, "64 KiB" 65536, "256 KiB" 262144, "1 MiB" 1048576, "4 MiB" 4194304, "16 MiB" 16777216, "64 MiB" 67108864, "256 MiB" 268435456)
+set offsets graph 0.03, graph 0.03, 0, 0
+set yrange [0:*]
+set key $3
+plot for [i=0:$1_n - 1] f index i using 1:2:3:4 with yerrorlines pt 7 lw 2 title columnheader(1)
+EOF
+}
+
 for d in h2d d2h; do
   dir=$([ $d = h2d ] && echo "host to device" || echo "device to host")
-  plot copies_$d "
-set title \"Copies $dir + stream synchronize, native CUDA vs through ordo (higher is better)\"
-set xlabel \"copy size (bytes, log scale)\"
-set ylabel \"bandwidth (GB/s)\"
-set logscale x 4
-set xtics (\"4 KiB\" 4096, \"16 KiB\" 16384, \"64 KiB\" 65536, \"256 KiB\" 262144, \"1 MiB\" 1048576, \"4 MiB\" 4194304, \"16 MiB\" 16777216, \"64 MiB\" 67108864, \"256 MiB\" 268435456)
-set offsets graph 0.03, graph 0.03, 0, 0
-set yrange [0:*]
-set key top left
-plot for [i=0:copies_${d}_n - 1] f index i using 1:2:3:4 with yerrorlines pt 7 lw 2 title columnheader(1)
-"
-  plot copies_sim_$d "
-set title \"Synchronous copies $dir through ordo's sim backend vs memcpy (higher is better)\"
-set xlabel \"copy size (bytes, log scale)\"
-set ylabel \"bandwidth (GB/s)\"
-set logscale x 4
-set xtics (\"4 KiB\" 4096, \"16 KiB\" 16384, \"64 KiB\" 65536, \"256 KiB\" 262144, \"1 MiB\" 1048576, \"4 MiB\" 4194304, \"16 MiB\" 16777216, \"64 MiB\" 67108864, \"256 MiB\" 268435456)
-set offsets graph 0.03, graph 0.03, 0, 0
-set yrange [0:*]
-set key top right
-plot for [i=0:copies_sim_${d}_n - 1] f index i using 1:2:3:4 with yerrorlines pt 7 lw 2 title columnheader(1)
-"
+  plot copies_$d "$(copies copies_$d "Copies $dir + stream synchronize, native CUDA vs through ordo (higher is better)" "top left")"
+  plot copies_sim_$d "$(copies copies_sim_$d "Synchronous copies $dir through ordo's sim backend vs memcpy (higher is better)" "top right")"
 done

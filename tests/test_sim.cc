@@ -231,29 +231,20 @@ TEST_F(SimTest, ShortCopyIntoBusyStreamWaitsItsTurn) {
 TEST_F(SimTest, ShortCopiesKeepTheLegacyStreamsImplicitOrder) {
   ASSERT_EQ(b_->stream_create(1, 0, true, 0), Status::kSuccess);   // blocking
   ASSERT_EQ(b_->stream_create(2, 0, false, 0), Status::kSuccess);  // non-blocking: reads while the others wait
-  const uint64_t x = alloc(64), y = alloc(64);
-  {
-    // A blocking stream's copy follows the legacy stream's earlier work.
+  // A memset on `on` must wait for work held on `held`; stream 2 looks.
+  auto waits_for = [&](uint32_t held, uint32_t on, uint8_t value) {
+    const uint64_t x = alloc(64);
     Gate gate;
-    b_->host_callback(0, gate.waiter());
-    ASSERT_EQ(b_->memset(1, x, 0x33, 64, {}), Status::kSuccess);
+    b_->host_callback(held, gate.waiter());
+    ASSERT_EQ(b_->memset(on, x, value, 64, {}), Status::kSuccess);
     std::this_thread::sleep_for(kSettle);
-    for (uint8_t v : read<uint8_t>(x, 64, 2)) ASSERT_EQ(v, 0);
+    for (uint8_t v : read<uint8_t>(x, 64, 2)) ASSERT_EQ(v, 0) << "stream " << on << " ran past stream " << held;
     gate.open();
-    ASSERT_TRUE(sync(1));
-    for (uint8_t v : read<uint8_t>(x, 64, 2)) ASSERT_EQ(v, 0x33);
-  }
-  {
-    // The legacy stream's copy follows a blocking stream's earlier work.
-    Gate gate;
-    b_->host_callback(1, gate.waiter());
-    ASSERT_EQ(b_->memset(0, y, 0x44, 64, {}), Status::kSuccess);
-    std::this_thread::sleep_for(kSettle);
-    for (uint8_t v : read<uint8_t>(y, 64, 2)) ASSERT_EQ(v, 0);
-    gate.open();
-    ASSERT_TRUE(sync(0));
-    for (uint8_t v : read<uint8_t>(y, 64, 2)) ASSERT_EQ(v, 0x44);
-  }
+    ASSERT_TRUE(sync(on));
+    for (uint8_t v : read<uint8_t>(x, 64, 2)) ASSERT_EQ(v, value);
+  };
+  waits_for(0, 1, 0x33);  // a blocking stream's copy follows the legacy stream's earlier work
+  waits_for(1, 0, 0x44);  // the legacy stream's copy follows a blocking stream's earlier work
 }
 
 TEST_F(SimTest, WaitOnNeverRecordedEventIsNoop) {
