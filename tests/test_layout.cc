@@ -43,9 +43,9 @@ static_assert(offsetof(Entry, op) == 0);
 static_assert(offsetof(Entry, flags) == 2);
 static_assert(offsetof(Entry, edge_count) == 4);
 static_assert(offsetof(Entry, thread) == 8);
-static_assert(offsetof(Entry, edges) == 16);
-static_assert(offsetof(Entry, arg) == 16 + kMaxEdges * sizeof(Edge));
-static_assert(offsetof(Entry, arg) + 6 * sizeof(uint64_t) == sizeof(Entry));
+static_assert(offsetof(Entry, arg) == 16);
+static_assert(offsetof(Entry, edges) == kCacheLine);  // a call without edges is one line
+static_assert(offsetof(Entry, edges) + kMaxEdges * sizeof(Edge) == sizeof(Entry));
 
 static_assert(sizeof(RingControl) == 3 * kCacheLine);
 static_assert(alignof(RingControl) == kCacheLine);

@@ -21,7 +21,7 @@ namespace ordo {
 
 inline constexpr size_t kCacheLine = 64;
 inline constexpr uint64_t kMagic = 0x314745524f44524fULL;  // "ORDOREG1"
-inline constexpr uint32_t kLayoutVersion = 6;
+inline constexpr uint32_t kLayoutVersion = 7;
 inline constexpr uint32_t kMaxRings = 256;
 inline constexpr uint32_t kMaxSlots = 256;
 inline constexpr uint32_t kMaxEdges = 4;
@@ -72,6 +72,8 @@ struct Edge {
 };
 
 // One call. Written by one guest thread, read once (copied out) by the worker.
+// The call fills the first line and the edges the second: an entry without
+// edges (most of them) is one line to write and one to move to the worker.
 struct alignas(kCacheLine) Entry {
   uint16_t op;          // ordo::Op
   uint16_t flags;       // op-specific (MemKind pairs for Memcpy)
@@ -79,10 +81,14 @@ struct alignas(kCacheLine) Entry {
   uint8_t reserved0[3];
   uint32_t thread;      // reply slot of the issuing thread: where async errors go
   uint32_t stream;      // ring entries: the stream (< kMaxStreams) the call belongs to
-  Edge edges[kMaxEdges];
   uint64_t arg[6];      // see ops.def
+  Edge edges[kMaxEdges];  // in a ring, only edge_count of them are written
 };
-static_assert(sizeof(Entry) == 128);
+static_assert(sizeof(Entry) == 128 && offsetof(Entry, edges) == kCacheLine);
+
+// The bytes of an entry a ring holds: the first line, and the second only
+// when there are edges.
+constexpr size_t entry_bytes(uint8_t edge_count) { return edge_count ? sizeof(Entry) : kCacheLine; }
 
 inline constexpr size_t kRingEntryShift = 7;  // log2(sizeof(Entry))
 

@@ -572,7 +572,7 @@ void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
       g.head_cache = ctl.head.load(std::memory_order_acquire);
     }
   }
-  std::memcpy(&region_->entries(r)[g.tail & (cap - 1)], &e, sizeof(Entry));
+  std::memcpy(&region_->entries(r)[g.tail & (cap - 1)], &e, entry_bytes(e.edge_count));
   ++g.tail;
   // On a write-combined BAR mapping the release store alone does not order the
   // entry's stores before the index: the fence does.

@@ -224,8 +224,12 @@ bool Worker::poll_ring(uint32_t r) {
       rs.hold = nullptr;
     }
     if (!rs.staged) {
-      // Copy once, then validate and use only the copy (no double fetch).
-      std::memcpy(&rs.entry, &region_.entries(r)[rs.head & mask], sizeof(Entry));
+      // Copy once, then validate and use only the copy (no double fetch). The
+      // edges' line only when the copied count says there are edges: the
+      // guest writes it only then.
+      const Entry& slot = region_.entries(r)[rs.head & mask];
+      std::memcpy(&rs.entry, &slot, kCacheLine);
+      if (rs.entry.edge_count) std::memcpy(rs.entry.edges, slot.edges, sizeof rs.entry.edges);
       std::string why;
       Status s = check_entry(rs.entry, Path::Ring, layout_, &why);
       if (ok(s)) s = check_edges(rs.entry, r, &why);
