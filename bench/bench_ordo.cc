@@ -311,7 +311,7 @@ void BM_StagedMemcpy(benchmark::State& state) {
     return true;
   };
   auto part = [&](uint64_t i) { return std::min(chunk, n - i * chunk); };
-  // Each side copies its half of every chunk of one round.
+  // The two copies of every chunk of one round: into staging, and out of it.
   auto produce = [&](uint64_t base) {
     for (uint64_t i = 0; i < chunks; ++i) {
       if (!spin_until([&] { return base + i - drained.load(std::memory_order_acquire) < nb; })) return;

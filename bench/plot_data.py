@@ -142,39 +142,37 @@ def tracing(r, data_dir):
     pairs(data_dir, "tracing", rows, "no ordo/tracing/* benchmarks")
 
 
+def bandwidth(r, data_dir, gp, name, series, why_missing, min_series=1):
+    """One plot of copy bandwidth against size: a line per (benchmark, label) in
+    `series` that the run has, its points the benchmark's sizes."""
+    sizes = [4 << 10 << (2 * i) for i in range(10)]  # 4 KiB .. 1 GiB: whatever the run has
+    blocks = []
+    for bench, label in series:
+        pts = [(n, r.get(f"{bench}/{n}", "bytes_per_second")) for n in sizes]
+        pts = [f"{n} {v[0] / 1e9:.4g} {v[1] / 1e9:.4g} {v[2] / 1e9:.4g}" for n, v in pts if v]
+        if pts:
+            blocks.append("\n".join([f'"{label}"'] + pts))
+    write(data_dir, name, ["\n\n\n".join(blocks)] if len(blocks) >= min_series else [], why_missing)
+    gp.append(f"{name}_n = {len(blocks)}")
+
+
 def copies(r, data_dir, gp):
     """bench_cuda: copy bandwidth against size, native and through ordo, one plot per direction."""
-    sizes = [4 << 10 << (2 * i) for i in range(10)]  # 4 KiB .. 1 GiB: whatever the run has
     for d in ("H2D", "D2H"):
-        blocks = []
-        for side, label in (("Native", "native"), ("Remote", "ordo")):
-            for mem in ("Pageable", "Pinned"):
-                pts = [(n, r.get(f"Copy/{side}/{d}/{mem}/{n}", "bytes_per_second")) for n in sizes]
-                pts = [f"{n} {v[0] / 1e9:.4g} {v[1] / 1e9:.4g} {v[2] / 1e9:.4g}" for n, v in pts if v]
-                if pts:
-                    blocks.append("\n".join([f'"{label}, {mem.lower()}"'] + pts))
-        name = "copies_" + d.lower()
-        write(data_dir, name, ["\n\n\n".join(blocks)] if blocks else [], "no Copy/* benchmarks (bench_cuda)")
-        gp.append(f"{name}_n = {len(blocks)}")
+        series = [(f"Copy/{side}/{d}/{mem}", f"{label}, {mem.lower()}")
+                  for side, label in (("Native", "native"), ("Remote", "ordo")) for mem in ("Pageable", "Pinned")]
+        bandwidth(r, data_dir, gp, "copies_" + d.lower(), series, "no Copy/* benchmarks (bench_cuda)")
 
 
 def sim_copies(r, data_dir, gp):
     """bench_ordo: copy bandwidth against size through the sim backend, with memcpy and the staged floor."""
-    sizes = [4 << 10 << (2 * i) for i in range(10)]
     for d in ("h2d", "d2h"):
-        blocks = []
-        for bench, label in ((f"baseline/memcpy", "memcpy"),
-                             (f"baseline/staged_memcpy_{d}", "staged floor (two threads)"),
-                             (f"copy/sim_64m/pageable_{d}", "ordo, pageable (64 MiB region)"),
-                             (f"copy/sim/pinned_{d}", "ordo, pinned")):
-            pts = [(n, r.get(f"{bench}/{n}", "bytes_per_second")) for n in sizes]
-            pts = [f"{n} {v[0] / 1e9:.4g} {v[1] / 1e9:.4g} {v[2] / 1e9:.4g}" for n, v in pts if v]
-            if pts:
-                blocks.append("\n".join([f'"{label}"'] + pts))
-        name = "copies_sim_" + d
-        # Only memcpy is no plot: ordo's copies are what it is drawn for.
-        write(data_dir, name, ["\n\n\n".join(blocks)] if len(blocks) > 1 else [], "no copy/* benchmarks (bench_ordo)")
-        gp.append(f"{name}_n = {len(blocks)}")
+        series = [("baseline/memcpy", "memcpy"),
+                  (f"baseline/staged_memcpy_{d}", "staged floor (two threads)"),
+                  (f"copy/sim_64m/pageable_{d}", "ordo, pageable (64 MiB region)"),
+                  (f"copy/sim/pinned_{d}", "ordo, pinned")]
+        # memcpy alone is no plot: ordo's copies are what it is drawn for.
+        bandwidth(r, data_dir, gp, "copies_sim_" + d, series, "no copy/* benchmarks (bench_ordo)", min_series=2)
 
 
 def main(data_dir, machine, paths):
