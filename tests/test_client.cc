@@ -441,7 +441,7 @@ TEST(Client, AsyncPublishRacingTheWorkersSleepIsNeverLost) {
   for (int i = 0; i < kLaunches; ++i) {
     const sim::AddU64Args a{d, 1};
     ASSERT_EQ(c->launch(add, {1}, {1}, &a, sizeof a, s), Status::kSuccess);
-    const uint64_t want = ring.tail.load();
+    const uint64_t want = c->last_position(s) + 1;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (ring.head.load() < want)
       ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "launch " << i << " was never dispatched: a lost wake-up";

@@ -42,12 +42,13 @@ static_assert(sizeof(Edge) == 16);
 static_assert(offsetof(Entry, op) == 0);
 static_assert(offsetof(Entry, flags) == 2);
 static_assert(offsetof(Entry, edge_count) == 4);
+static_assert(offsetof(Entry, lap) == 5);  // in the first 8 bytes: the word that publishes an entry
 static_assert(offsetof(Entry, thread) == 8);
 static_assert(offsetof(Entry, arg) == 16);
 static_assert(offsetof(Entry, edges) == kCacheLine);  // a call without edges is one line
 static_assert(offsetof(Entry, edges) + kMaxEdges * sizeof(Edge) == sizeof(Entry));
 
-static_assert(sizeof(RingControl) == 3 * kCacheLine);
+static_assert(sizeof(RingControl) == 2 * kCacheLine);
 static_assert(alignof(RingControl) == kCacheLine);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
@@ -73,13 +74,53 @@ TEST(Layout, EntryIsTwoCacheLines) {
 }
 
 TEST(Layout, RingControlIndicesOnSeparateCacheLines) {
-  EXPECT_EQ(sizeof(RingControl), 3 * kCacheLine);
-  EXPECT_EQ(offsetof(RingControl, tail), 0u);
-  EXPECT_EQ(offsetof(RingControl, head), kCacheLine);
-  EXPECT_EQ(offsetof(RingControl, completed), 2 * kCacheLine);
-  EXPECT_NE(line_of(offsetof(RingControl, tail)), line_of(offsetof(RingControl, head)));
+  EXPECT_EQ(sizeof(RingControl), 2 * kCacheLine);
+  EXPECT_EQ(offsetof(RingControl, head), 0u);
+  EXPECT_EQ(offsetof(RingControl, completed), kCacheLine);
   EXPECT_NE(line_of(offsetof(RingControl, head)), line_of(offsetof(RingControl, completed)));
-  EXPECT_NE(line_of(offsetof(RingControl, tail)), line_of(offsetof(RingControl, completed)));
+}
+
+TEST(Layout, EntryLapNamesTheRingsLapAndNeverTheOneBefore) {
+  for (uint32_t cap : {8u, 256u, 1024u}) {
+    EXPECT_EQ(entry_lap(0, cap), 1) << "a zeroed slot must not look published";
+    EXPECT_EQ(entry_lap(cap - 1, cap), 1);
+    EXPECT_EQ(entry_lap(cap, cap), 2);
+    // Every lap, the byte changes: a slot's stale entry (one lap back) never
+    // shows the lap the worker waits for, across the byte's wrap as well.
+    for (uint64_t pos = 0; pos < 600 * uint64_t{cap}; pos += cap / 2 + 1)
+      EXPECT_NE(entry_lap(pos + cap, cap), entry_lap(pos, cap)) << pos;
+    EXPECT_EQ(entry_lap(255 * uint64_t{cap}, cap), 0);
+  }
+}
+
+TEST(Layout, PublishEntryWritesTheCallAndItsLapButNoEdgesItLacks) {
+  constexpr uint32_t kCap = 16;
+  alignas(kCacheLine) Entry slot;
+  std::memset(&slot, 0xee, sizeof slot);
+  Entry e{};
+  e.op = uint16_t(Op::Launch);
+  e.flags = 3;
+  e.thread = 7;
+  e.stream = 99;
+  for (unsigned k = 0; k < 6; ++k) e.arg[k] = 100 + k;
+  publish_entry(&slot, e, 3 * kCap + 5, kCap);
+  uint64_t word = entry_word(&slot).load();
+  EXPECT_EQ(word_lap(word), 4);
+  EXPECT_EQ(slot.lap, 4);
+  EXPECT_EQ(slot.op, e.op);
+  EXPECT_EQ(slot.flags, e.flags);
+  EXPECT_EQ(slot.edge_count, 0);
+  EXPECT_EQ(slot.thread, 7u);
+  EXPECT_EQ(slot.stream, 99u);
+  for (unsigned k = 0; k < 6; ++k) EXPECT_EQ(slot.arg[k], 100 + k);
+  EXPECT_EQ(slot.edges[0].pos, 0xeeeeeeeeeeeeeeeeull) << "an entry without edges writes one line";
+  e.edge_count = 2;
+  e.edges[1] = {5, 0, 77};
+  publish_entry(&slot, e, 3 * kCap + 5 + kCap, kCap);
+  EXPECT_EQ(slot.lap, 5);
+  EXPECT_EQ(slot.edge_count, 2);
+  EXPECT_EQ(slot.edges[1].ring, 5u);
+  EXPECT_EQ(slot.edges[1].pos, 77u);
 }
 
 TEST(Layout, ReplySlotFieldsOnSeparateLines) {
@@ -355,7 +396,6 @@ TEST(Region, CreateThenMapAndValidate) {
   EXPECT_EQ(h->ring_open[0].load(), 1u) << "only the legacy ring is open";
   for (uint32_t w = 1; w < kMaxRings / 64; ++w) EXPECT_EQ(h->ring_open[w].load(), 0u);
   for (uint32_t r = 0; r < l.ring_count; ++r) {
-    EXPECT_EQ(host->ring(r).tail.load(), 0u);
     EXPECT_EQ(host->ring(r).head.load(), 0u);
     EXPECT_EQ(host->ring(r).completed.load(), 0u);
   }
@@ -385,8 +425,8 @@ TEST(Region, CreateThenMapAndValidate) {
   // One file, two mappings: the same bytes.
   host->heap()[100] = std::byte{0x5a};
   EXPECT_EQ(guest->heap()[100], std::byte{0x5a});
-  guest->ring(3).tail.store(77);
-  EXPECT_EQ(host->ring(3).tail.load(), 77u);
+  guest->ring(3).head.store(77);
+  EXPECT_EQ(host->ring(3).head.load(), 77u);
 }
 
 TEST(Region, CreateResetsAnExistingFileOfTheSameSize) {
@@ -395,7 +435,7 @@ TEST(Region, CreateResetsAnExistingFileOfTheSameSize) {
   auto a = Region::create(f.path, default_layout(16 * MiB), &err);
   ASSERT_TRUE(a) << err;
   const uint64_t session = a->header()->session;
-  a->ring(0).tail.store(1234);
+  a->ring(0).head.store(1234);
   a->heap()[7] = std::byte{1};
   a->header()->ring_open[1].store(5);
   // A guest (or VM) may still have the file mapped: the worker takes the region
@@ -403,14 +443,14 @@ TEST(Region, CreateResetsAnExistingFileOfTheSameSize) {
   auto b = Region::create(f.path, default_layout(16 * MiB), &err);
   ASSERT_TRUE(b) << err;
   EXPECT_EQ(b->size(), 16 * MiB);
-  EXPECT_EQ(b->ring(0).tail.load(), 0u);
+  EXPECT_EQ(b->ring(0).head.load(), 0u);
   EXPECT_EQ(b->heap()[7], std::byte{0});
   EXPECT_EQ(b->header()->ring_open[0].load(), 1u);
   EXPECT_EQ(b->header()->ring_open[1].load(), 0u);
   EXPECT_NE(b->header()->session, session) << "a restarted worker must look new to guests";
   // The old mapping sees the new bytes (same file, not a replaced one).
   EXPECT_EQ(a->header()->session, b->header()->session);
-  EXPECT_EQ(a->ring(0).tail.load(), 0u);
+  EXPECT_EQ(a->ring(0).head.load(), 0u);
   auto g = Region::map(f.path, &err);
   ASSERT_TRUE(g);
   EXPECT_TRUE(g->validate(&err)) << err;
@@ -723,8 +763,8 @@ TEST(RingPosition, EntriesWrapAroundTheRingArrayAtEveryOffset) {
   create.thread = S;
   create.stream = kMaxStreams - 1;  // the client's streams count up from 1
   create.arg[0] = kStreamNonBlocking;
-  region.entries(r)[tail++ & mask] = create;
-  region.ring(r).tail.store(tail, std::memory_order_release);
+  publish_entry(&region.entries(r)[tail & mask], create, tail, uint32_t(cap));
+  ++tail;
   bell.ring();
   ASSERT_TRUE(wait_drained());
   const uint64_t slots = l.staging_per_ring / sizeof(sim::AddU64Args);
@@ -744,11 +784,10 @@ TEST(RingPosition, EntriesWrapAroundTheRingArrayAtEveryOffset) {
       e.arg[1] = e.arg[2] = e.arg[3] = 1 | uint64_t{1} << 32;
       e.arg[4] = off;
       e.arg[5] = sizeof a;
-      region.entries(r)[pos & mask] = e;
+      publish_entry(&region.entries(r)[pos & mask], e, pos, uint32_t(cap));
       expected += pos + 1;
       ++launches;
     }
-    region.ring(r).tail.store(tail, std::memory_order_release);
     bell.ring();
     ASSERT_TRUE(wait_drained()) << "batch of " << batch << " at tail " << tail;
   }
@@ -757,8 +796,7 @@ TEST(RingPosition, EntriesWrapAroundTheRingArrayAtEveryOffset) {
   fence.op = uint16_t(Op::Fence);
   fence.thread = S;
   const uint64_t fpos = tail++;
-  region.entries(r)[fpos & mask] = fence;
-  region.ring(r).tail.store(tail, std::memory_order_release);
+  publish_entry(&region.entries(r)[fpos & mask], fence, fpos, uint32_t(cap));
   bell.ring();
   for (int i = 0; i < 30000 && region.ring(r).completed.load(std::memory_order_acquire) <= fpos; ++i) usleep(100);
   ASSERT_EQ(region.ring(r).completed.load(), fpos + 1);

@@ -4,7 +4,7 @@
 // (Layout below) and never reads it back from the header.
 //
 //   0              RegionHeader                         4 KiB
-//   rings_off      RingControl[ring_count]              192 B each
+//   rings_off      RingControl[ring_count]              128 B each
 //   entries_off    Entry[ring_count][ring_capacity]     128 B each
 //   slots_off      ReplySlot[slot_count]                768 B each
 //   staging_off    staging window[ring_count]           staging_per_ring bytes each
@@ -14,14 +14,16 @@
 #include <immintrin.h>
 
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace ordo {
 
 inline constexpr size_t kCacheLine = 64;
 inline constexpr uint64_t kMagic = 0x314745524f44524fULL;  // "ORDOREG1"
-inline constexpr uint32_t kLayoutVersion = 7;
+inline constexpr uint32_t kLayoutVersion = 8;
 inline constexpr uint32_t kMaxRings = 256;
 inline constexpr uint32_t kMaxSlots = 256;
 inline constexpr uint32_t kMaxEdges = 4;
@@ -78,7 +80,8 @@ struct alignas(kCacheLine) Entry {
   uint16_t op;          // ordo::Op
   uint16_t flags;       // op-specific (MemKind pairs for Memcpy)
   uint8_t edge_count;   // <= kMaxEdges
-  uint8_t reserved0[3];
+  uint8_t lap;          // ring entries: entry_lap() of its position once published (publish_entry)
+  uint8_t reserved0[2];
   uint32_t thread;      // reply slot of the issuing thread: where async errors go
   uint32_t stream;      // ring entries: the stream (< kMaxStreams) the call belongs to
   uint64_t arg[6];      // see ops.def
@@ -92,15 +95,45 @@ constexpr size_t entry_bytes(uint8_t edge_count) { return edge_count ? sizeof(En
 
 inline constexpr size_t kRingEntryShift = 7;  // log2(sizeof(Entry))
 
-// Control block of one SPSC ring. Producer and consumer indices live on their
-// own cache lines; each side caches the other's index in private memory, not here,
-// so a hostile guest cannot make the worker trust a cached value.
+// A ring has no tail index: an entry says itself that it is published. Its
+// first 8 bytes (op, flags, edge_count, lap) are stored last, in one release
+// store, and `lap` then names the lap of the ring its position is on. The
+// slot holds the lap before until then (0 before the first: the worker zeroes
+// the words when a session attaches), so the worker polls the slot at its head
+// and finds the entry and the news of it on one line: a launch hands the
+// worker's core one line, not an entry line and an index line.
+constexpr uint8_t entry_lap(uint64_t pos, uint32_t capacity) {
+  return uint8_t((pos >> std::countr_zero(capacity)) + 1);
+}
+
+inline std::atomic_ref<uint64_t> entry_word(Entry* slot) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot));
+}
+
+static_assert(std::endian::native == std::endian::little, "entry words are read as x86 stores them");
+constexpr uint8_t word_lap(uint64_t word) { return uint8_t(word >> (8 * offsetof(Entry, lap))); }
+
+// Writes `e` into `slot` as the entry at `pos` of a ring of `capacity` entries.
+inline void publish_entry(Entry* slot, const Entry& e, uint64_t pos, uint32_t capacity) {
+  std::memcpy(reinterpret_cast<char*>(slot) + 8, reinterpret_cast<const char*>(&e) + 8, entry_bytes(e.edge_count) - 8);
+  uint64_t word;
+  std::memcpy(&word, &e, sizeof word);
+  word = (word & ~(uint64_t{0xff} << (8 * offsetof(Entry, lap)))) |
+         uint64_t{entry_lap(pos, capacity)} << (8 * offsetof(Entry, lap));
+  // On a write-combined BAR mapping the release store alone does not order the
+  // entry's other stores before it: the fence does.
+  _mm_sfence();
+  entry_word(slot).store(word, std::memory_order_release);
+}
+
+// Control block of one SPSC ring, an index per cache line. The guest caches
+// `head` in private memory; the worker keeps its own head and never reads one
+// back from here, so a hostile guest cannot make the worker trust a forged one.
 struct RingControl {
-  alignas(kCacheLine) std::atomic<uint64_t> tail;       // guest: entries published
   alignas(kCacheLine) std::atomic<uint64_t> head;       // worker: entries dispatched
   alignas(kCacheLine) std::atomic<uint64_t> completed;  // worker: entries known complete (advances at fences)
 };
-static_assert(sizeof(RingControl) == 3 * kCacheLine);
+static_assert(sizeof(RingControl) == 2 * kCacheLine);
 
 inline constexpr size_t kSlotPayload = 512;
 // Device attributes by CUdevice_attribute number, as the host driver reports

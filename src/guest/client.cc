@@ -201,7 +201,7 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t s
   rings_.reserve(l.ring_count);
   for (uint32_t r = 0; r < l.ring_count; ++r) {
     auto g = std::make_unique<Ring>();
-    g->tail = g->head_cache = region_->ring(r).tail.load(std::memory_order_acquire);
+    g->tail = g->head_cache = region_->ring(r).head.load(std::memory_order_acquire);
     g->published.store(g->tail);
     g->fence_end = g->tail;
     rings_.push_back(std::move(g));
@@ -572,12 +572,8 @@ void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
       g.head_cache = ctl.head.load(std::memory_order_acquire);
     }
   }
-  std::memcpy(&region_->entries(r)[g.tail & (cap - 1)], &e, entry_bytes(e.edge_count));
+  publish_entry(&region_->entries(r)[g.tail & (cap - 1)], e, g.tail, uint32_t(cap));
   ++g.tail;
-  // On a write-combined BAR mapping the release store alone does not order the
-  // entry's stores before the index: the fence does.
-  _mm_sfence();
-  ctl.tail.store(g.tail, std::memory_order_release);
   g.published.store(g.tail, std::memory_order_release);
   notify_worker();
 }

@@ -103,7 +103,11 @@ Worker::~Worker() {
   region_.header()->worker_state.store(uint32_t(WorkerState::kStopped), std::memory_order_release);
 }
 
-uint64_t Worker::tail_of(uint32_t r) const { return region_.ring(r).tail.load(std::memory_order_acquire); }
+bool Worker::published(uint32_t r, uint64_t pos, uint64_t* word) const {
+  Entry* slot = &region_.entries(r)[pos & (layout_.ring_capacity - 1)];
+  *word = entry_word(slot).load(std::memory_order_acquire);
+  return word_lap(*word) == entry_lap(pos, layout_.ring_capacity);
+}
 
 void Worker::log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why) {
   bump(counters_.errors);
@@ -136,21 +140,19 @@ Status Worker::check_edges(const Entry& e, uint32_t own_ring, std::string* why) 
     const Edge& edge = e.edges[i];
     // An edge may only name an entry that was published before this one; anything
     // later could close a cycle and stall the guest's rings forever.
-    uint64_t limit;
-    if (edge.ring == own_ring) {
-      limit = rings_[own_ring].head;
-    } else {
-      // Only what this worker will serve: an open ring with a sane tail.
-      // Otherwise only positions it already dispatched.
-      const RingState& other = rings_[edge.ring];
-      const uint64_t t = tail_of(edge.ring);
+    const uint64_t head = rings_[edge.ring].head;
+    bool seen = edge.pos <= head;
+    if (!seen && edge.ring != own_ring) {
+      // Only what this worker will serve: an open ring, up to its last
+      // published entry. Otherwise only positions it already dispatched.
       const bool open = edge.ring == kLegacyRing || ((region_.header()->ring_open[edge.ring / 64].load(
                                                           std::memory_order_acquire) >>
                                                       (edge.ring % 64)) &
                                                      1);
-      limit = open && t >= other.head && t - other.head <= layout_.ring_capacity ? t : other.head;
+      uint64_t word;
+      seen = open && edge.pos - head <= layout_.ring_capacity && published(edge.ring, edge.pos - 1, &word);
     }
-    if (edge.pos > limit) {
+    if (!seen) {
       *why = "edge to ring " + std::to_string(edge.ring) + " position " + std::to_string(edge.pos) +
              " which was not yet published";
       return Status::kIllegalState;
@@ -200,35 +202,23 @@ bool Worker::chaos_hold(bool& armed, uint64_t& until) {
 
 bool Worker::poll_ring(uint32_t r) {
   RingState& rs = rings_[r];
-  RingControl& ctl = region_.ring(r);
-  const uint64_t tail = ctl.tail.load(std::memory_order_acquire);
-  if (tail == rs.head && !rs.staged) return false;
-  if (tail < rs.head || tail - rs.head > layout_.ring_capacity) {
-    // Going backwards or past the capacity: not something a correct guest writes.
-    // Serve nothing from this ring until its tail is sane again.
-    if (!rs.bad_tail_logged) {
-      rs.bad_tail_logged = true;
-      log_bad("ring", r, tail, "tail " + std::to_string(tail) + " is not within " +
-                                   std::to_string(layout_.ring_capacity) + " entries ahead of head " +
-                                   std::to_string(rs.head));
-    }
-    return false;
-  }
-  rs.bad_tail_logged = false;
   bool progressed = false;
-  const uint64_t mask = layout_.ring_capacity - 1;
-  for (uint32_t n = 0; n < kBatch && rs.head < tail; ++n) {
+  for (uint32_t n = 0; n < kBatch; ++n) {
+    uint64_t word = 0;
+    if (!rs.staged && !published(r, rs.head, &word)) break;
     if (rs.hold) {
       // A host function: the ring goes on once the guest ran it.
       if (rs.hold->done.load(std::memory_order_acquire) < rs.hold_ticket) break;
       rs.hold = nullptr;
     }
     if (!rs.staged) {
-      // Copy once, then validate and use only the copy (no double fetch). The
+      // Copy once, then validate and use only the copy (no double fetch): the
+      // first 8 bytes are the word whose lap said the entry is there. The
       // edges' line only when the copied count says there are edges: the
       // guest writes it only then.
-      const Entry& slot = region_.entries(r)[rs.head & mask];
+      const Entry& slot = region_.entries(r)[rs.head & (layout_.ring_capacity - 1)];
       std::memcpy(&rs.entry, &slot, kCacheLine);
+      std::memcpy(&rs.entry, &word, sizeof word);
       if (rs.entry.edge_count) std::memcpy(rs.entry.edges, slot.edges, sizeof rs.entry.edges);
       std::string why;
       Status s = check_entry(rs.entry, Path::Ring, layout_, &why);
@@ -246,7 +236,7 @@ bool Worker::poll_ring(uint32_t r) {
     }
     if (!edges_ready(rs.entry)) {
       if (!rs.waited) {
-        // The tails only say an edge names a published entry, not one published
+        // The laps only say an edge names a published entry, not one published
         // before this one: two entries can name each other. The last of a cycle
         // to start waiting closes it; reject that one.
         if (waits_for_itself(r)) {
@@ -272,7 +262,7 @@ bool Worker::poll_ring(uint32_t r) {
   }
   if (rs.head != rs.published) {
     rs.published = rs.head;
-    ctl.head.store(rs.head, std::memory_order_release);
+    region_.ring(r).head.store(rs.head, std::memory_order_release);
   }
   return progressed;
 }
@@ -787,9 +777,11 @@ void Worker::attach_session(uint64_t session) {
   // shared state can be reset here without racing it.
   for (uint32_t r = 0; r < layout_.ring_count; ++r) {
     RingControl& ctl = region_.ring(r);
-    ctl.tail.store(0, std::memory_order_relaxed);
     ctl.head.store(0, std::memory_order_relaxed);
     ctl.completed.store(0, std::memory_order_relaxed);
+    // Positions start again at 0, whose lap no slot may show yet.
+    Entry* entries = region_.entries(r);
+    for (uint32_t i = 0; i < layout_.ring_capacity; ++i) entry_word(&entries[i]).store(0, std::memory_order_relaxed);
   }
   for (uint32_t i = 0; i < layout_.slot_count; ++i) {
     ReplySlot& slot = region_.slot(i);
@@ -991,7 +983,7 @@ void Worker::run(DoorbellWaiter* doorbell) {
     }
     // Sleep handshake: announce, fence, look once more, sleep through a grace
     // period, look again, then sleep. A guest publishes, then checks the flag
-    // without a fence of its own: a guest that read 0 stored its tail before
+    // without a fence of its own: a guest that read 0 stored its entry before
     // the flag was set, and that store is visible well within the grace
     // period, so the second look finds it (ARCHITECTURE.md, "Idle").
     h->worker_sleeping.store(1, std::memory_order_relaxed);

@@ -89,7 +89,6 @@ class Worker {
     bool chaos_armed = false;
     uint64_t chaos_until_ns = 0;
     bool waited = false;      // counted in edge_waits already
-    bool bad_tail_logged = false;
     uint64_t staged_ns = 0;   // when tracing
     Entry entry{};
     // A dispatched HostFunc whose function the guest has not finished: the
@@ -145,7 +144,8 @@ class Worker {
   void reply(uint32_t slot, uint64_t seq, Status s, uint64_t r0 = 0, uint64_t r1 = 0, uint64_t epoch = kCurrentEpoch);
   void async_error(const OpTag& tag, Status s);
   void log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why);
-  uint64_t tail_of(uint32_t r) const;
+  // Whether the entry at `pos` of ring r is published; `word` gets its first 8 bytes.
+  bool published(uint32_t r, uint64_t pos, uint64_t* word) const;
   void check_session(uint64_t now_ns);
   void reset_session();
   void attach_session(uint64_t session);

@@ -139,23 +139,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   h->guest_session.store(h->guest_session.load() + 1);
   w.poll_once();  // attaches: the region's rings start empty
   Input in{data, size};
+  std::vector<uint64_t> tails(l.ring_count);  // each ring's next position, as a guest would keep it
   while (in.n) {
     const uint32_t ring = uint32_t(in.take(1)) % l.ring_count;
     switch (in.take(1) % 8) {
-      case 0: {  // a raw entry at the ring's next position, published
-        RingControl& c = r.ring(ring);
-        const uint64_t t = c.tail.load();
-        in.fill(&r.entries(ring)[t & (l.ring_capacity - 1)], sizeof(Entry));
-        c.tail.store(t + 1);
+      case 0: {  // a raw entry at the ring's next position, published with its lap
+        const uint64_t t = tails[ring]++;
+        Entry* e = &r.entries(ring)[t & (l.ring_capacity - 1)];
+        in.fill(e, sizeof(Entry));
+        e->lap = entry_lap(t, l.ring_capacity);
         h->ring_open[ring / 64].fetch_or(1ull << (ring % 64));
         break;
       }
       case 1:  // overwrite an entry anywhere, published or not
         in.fill(&r.entries(ring)[in.take(2) & (l.ring_capacity - 1)], sizeof(Entry));
         break;
-      case 2:  // any tail at all
-        r.ring(ring).tail.store(in.take(8));
+      case 2: {  // a slot near the ring's next position shows that position's lap
+        const uint64_t p = tails[ring] + in.take(1) % 4;
+        r.entries(ring)[p & (l.ring_capacity - 1)].lap = entry_lap(p, l.ring_capacity);
         break;
+      }
       case 3:
         h->ring_open[in.take(1) % (kMaxRings / 64)].store(in.take(8));
         break;
@@ -173,8 +176,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 5: {  // a well-formed entry with fuzzed arguments, to get past the first checks
-        RingControl& c = r.ring(ring);
-        const uint64_t t = c.tail.load();
+        const uint64_t t = tails[ring]++;
         Entry e{};
         e.op = uint16_t(in.take(1) % 10);
         e.edge_count = uint8_t(in.take(1) % 3);
@@ -182,8 +184,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         e.flags = uint16_t(in.take(1) & 0xf);
         e.thread = uint32_t(in.take(1) % l.slot_count);
         for (auto& a : e.arg) a = in.take(1) % 2 ? 0x100000000000ull + in.take(2) : in.take(3);
-        r.entries(ring)[t & (l.ring_capacity - 1)] = e;
-        c.tail.store(t + 1);
+        publish_entry(&r.entries(ring)[t & (l.ring_capacity - 1)], e, t, l.ring_capacity);
         h->ring_open[ring / 64].fetch_or(1ull << (ring % 64));
         break;
       }

@@ -34,22 +34,23 @@ void report(const char* what, bool good, const std::string& detail) {
   g_pass &= good;
 }
 
-// A hostile guest: scribbles entries, tails and slot requests, then exits
+// A hostile guest: scribbles entries, laps and slot requests, then exits
 // without detaching. The worker must reject it all, keep serving other VMs,
 // and reclaim this session when the heartbeat stops.
 int hostile(Client& c) {
   Region& r = c.region();
   const Layout& l = r.layout();
   std::mt19937_64 rng(42);
+  std::vector<uint64_t> tails(l.ring_count);
   for (int round = 0; round < 2000; ++round) {
     const uint32_t ring = rng() % l.ring_count;
     Entry e;
     for (auto* p = reinterpret_cast<uint64_t*>(&e); p < reinterpret_cast<uint64_t*>(&e + 1); ++p) *p = rng();
     if (round % 3 == 0) e.op = uint16_t(rng() % kOpCount), e.edge_count = uint8_t(rng() % 6);
-    RingControl& ctl = r.ring(ring);
-    const uint64_t t = ctl.tail.load();
-    r.entries(ring)[t & (l.ring_capacity - 1)] = e;
-    ctl.tail.store(round % 50 == 0 ? rng() : t + 1);
+    const uint64_t t = tails[ring]++;
+    Entry* at = &r.entries(ring)[t & (l.ring_capacity - 1)];
+    publish_entry(at, e, t, l.ring_capacity);
+    if (round % 50 == 0) entry_word(at).store(rng());  // and now and then a lap that is not its position's
     r.header()->ring_open[ring / 64].store(rng());
     const uint32_t slot = uint32_t(rng() % l.slot_count);
     ReplySlot& s = r.slot(slot);
