@@ -673,6 +673,65 @@ void BM_SpscRoundTrip(benchmark::State& state) {
 }
 BENCHMARK(BM_SpscRoundTrip)->Name("baseline/spsc_queue_roundtrip")->UseRealTime()->MinTime(kMinTime);
 
+// The floor under ordo/enqueue: a ring of one-line entries that publish
+// themselves (ordo's publish_entry), a consumer that polls the slot at its head
+// and copies each entry out (as the worker does), and a producer that spends
+// `pauses` x _mm_pause of its own work before each entry (ordo's guest does
+// ~60-80 ns of its own per launch). Timed as BM_Enqueue: bursts of 256, the
+// ring drained between them. A consumer that keeps up is polling the very
+// line the producer writes next, so each entry costs a line's trip to the
+// consumer's core and back; with no work of its own the producer runs ahead
+// and its stores overlap.
+void BM_LineRing(benchmark::State& state) {
+  constexpr uint32_t kCap = 1024;
+  constexpr int kBurst = 256;
+  auto ring = std::make_unique<ordo::Entry[]>(kCap);
+  struct alignas(ordo::kCacheLine) Head {
+    std::atomic<uint64_t> v{0};
+  };
+  auto head = std::make_unique<Head>();
+  std::atomic<bool> stop{false};
+  std::thread consumer = server_thread([&] {
+    uint64_t pos = 0, sink = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      ordo::Entry* slot = &ring[pos & (kCap - 1)];
+      const uint64_t word = ordo::entry_word(slot).load(std::memory_order_acquire);
+      if (ordo::word_lap(word) != ordo::entry_lap(pos, kCap)) {
+        _mm_pause();
+        continue;
+      }
+      alignas(ordo::kCacheLine) ordo::Entry copy;
+      std::memcpy(&copy, slot, ordo::kCacheLine);
+      sink += copy.arg[0];
+      head->v.store(++pos, std::memory_order_release);
+    }
+    benchmark::DoNotOptimize(sink);
+  });
+  const int pauses = int(state.range(0));
+  ordo::Entry e{};
+  e.op = uint16_t(ordo::Op::Launch);
+  uint64_t pos = 0;
+  double total_ns = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kBurst; ++i, ++pos) {
+      for (int k = 0; k < pauses; ++k) _mm_pause();
+      e.arg[0] = pos;
+      ordo::publish_entry(&ring[pos & (kCap - 1)], e, pos, kCap);
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
+    state.SetIterationTime(ns * 1e-9);
+    total_ns += ns;
+    while (head->v.load(std::memory_order_acquire) != pos) _mm_pause();
+  }
+  stop.store(true);
+  consumer.join();
+  state.counters["ns_per_entry"] = total_ns / double(state.iterations() * kBurst);
+}
+BENCHMARK(BM_LineRing)->Name("baseline/line_ring")->ArgName("pauses")->Arg(0)->Arg(3)->UseManualTime()
+    ->MinTime(kMinTime);
+
 // ---- paired A/B ------------------------------------------------------------
 //
 // On this shared VM the floor itself moves (the ping-pong ranged from ~35 to
