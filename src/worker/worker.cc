@@ -84,7 +84,7 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
       stream_mark_(kMaxStreams, 0),
       stream_device_(kMaxStreams, 0),
       chaos_rng_(options.chaos_seed) {
-  for (uint32_t r = 0; r < layout_.ring_count; ++r) rings_[r].fences = std::make_shared<FenceQueue>(&region_.ring(r));
+  for (uint32_t r = 0; r < layout_.ring_count; ++r) fresh_ring(r);
   stream_ring_[kLegacyStreamId] = kLegacyRing;
   if (opt_.trace) tracer_ = std::make_unique<Tracer>();
   backend_.set_error_sink([this](const OpTag& tag, Status s) { async_error(tag, s); });
@@ -103,8 +103,14 @@ Worker::~Worker() {
   region_.header()->worker_state.store(uint32_t(WorkerState::kStopped), std::memory_order_release);
 }
 
+void Worker::fresh_ring(uint32_t r) {
+  rings_[r] = RingState{};
+  rings_[r].slots = region_.entries(r);
+  rings_[r].fences = std::make_shared<FenceQueue>(&region_.ring(r));
+}
+
 bool Worker::published(uint32_t r, uint64_t pos, uint64_t* word) const {
-  Entry* slot = &region_.entries(r)[pos & (layout_.ring_capacity - 1)];
+  Entry* slot = &rings_[r].slots[pos & (layout_.ring_capacity - 1)];
   *word = entry_word(slot).load(std::memory_order_acquire);
   return word_lap(*word) == entry_lap(pos, layout_.ring_capacity);
 }
@@ -216,7 +222,7 @@ bool Worker::poll_ring(uint32_t r) {
       // first 8 bytes are the word whose lap said the entry is there. The
       // edges' line only when the copied count says there are edges: the
       // guest writes it only then.
-      const Entry& slot = region_.entries(r)[rs.head & (layout_.ring_capacity - 1)];
+      const Entry& slot = rs.slots[rs.head & (layout_.ring_capacity - 1)];
       std::memcpy(&rs.entry, &slot, kCacheLine);
       std::memcpy(&rs.entry, &word, sizeof word);
       if (rs.entry.edge_count) std::memcpy(rs.entry.edges, slot.edges, sizeof rs.entry.edges);
@@ -860,8 +866,7 @@ void Worker::reset_session() {
       std::lock_guard lock(rings_[r].fences->mu);
       rings_[r].fences->dead = true;  // callbacks still queued in the backend belong to the old session
     }
-    rings_[r] = RingState{};
-    rings_[r].fences = std::make_shared<FenceQueue>(&region_.ring(r));
+    fresh_ring(r);
   }
   for (auto& ss : slots_) ss = SlotState{};
   watched_.clear();
@@ -928,7 +933,11 @@ bool Worker::poll_once() {
     while (open) {
       const uint32_t r = w * 64 + uint32_t(__builtin_ctzll(open));
       open &= open - 1;
-      if (r < layout_.ring_count) progressed |= poll_ring(r);
+      if (r >= layout_.ring_count) continue;
+      // An idle ring costs one load here, not a call (its head was published
+      // when it was last busy).
+      uint64_t word;
+      if (rings_[r].staged || published(r, rings_[r].head, &word)) progressed |= poll_ring(r);
     }
   }
   // Slots whose edges just became ready by the ring pass.

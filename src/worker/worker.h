@@ -83,6 +83,7 @@ class Worker {
 
  private:
   struct RingState {
+    Entry* slots = nullptr;   // the ring's entries in the region
     uint64_t head = 0;        // next position to dispatch == entries dispatched
     uint64_t published = 0;   // head as last stored to shared memory
     bool staged = false;      // `entry` holds a validated copy of position head
@@ -144,6 +145,7 @@ class Worker {
   void reply(uint32_t slot, uint64_t seq, Status s, uint64_t r0 = 0, uint64_t r1 = 0, uint64_t epoch = kCurrentEpoch);
   void async_error(const OpTag& tag, Status s);
   void log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why);
+  void fresh_ring(uint32_t r);  // a ring's state as a new session finds it
   // Whether the entry at `pos` of ring r is published; `word` gets its first 8 bytes.
   bool published(uint32_t r, uint64_t pos, uint64_t* word) const;
   void check_session(uint64_t now_ns);
