@@ -179,7 +179,7 @@ class Client {
   bool bind(Stream s, Bound* out);
   // Appends `e` of stream `stream` (with edges for its op's ordering role, after
   // any edges `e` already carries) to ring `r`; caller holds r.mu.
-  uint64_t push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, Entry e, EventState* ev);
+  uint64_t push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call, EventState* ev);
   void write_entry(Ring& g, uint32_t r, const Entry& e);
   using EdgeList = boost::container::small_vector<Edge, 16>;
   void legacy_edges(Ring& g, uint32_t r, uint32_t stream, EdgeList* edges);

@@ -115,7 +115,9 @@ constexpr uint8_t word_lap(uint64_t word) { return uint8_t(word >> (8 * offsetof
 
 // Writes `e` into `slot` as the entry at `pos` of a ring of `capacity` entries.
 inline void publish_entry(Entry* slot, const Entry& e, uint64_t pos, uint32_t capacity) {
-  std::memcpy(reinterpret_cast<char*>(slot) + 8, reinterpret_cast<const char*>(&e) + 8, entry_bytes(e.edge_count) - 8);
+  // Fixed sizes: a memcpy of a size known only at run time is a `rep movs`.
+  std::memcpy(reinterpret_cast<char*>(slot) + 8, reinterpret_cast<const char*>(&e) + 8, kCacheLine - 8);
+  if (e.edge_count) std::memcpy(slot->edges, e.edges, sizeof e.edges);
   uint64_t word;
   std::memcpy(&word, &e, sizeof word);
   word = (word & ~(uint64_t{0xff} << (8 * offsetof(Entry, lap)))) |

@@ -617,7 +617,11 @@ void Client::uses_of_event(const EventState& ev, uint32_t own_ring, EdgeList* ed
   for (auto [q, p] : ev.waits) edges->push_back({q, 0, p});
 }
 
-uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, Entry e, EventState* ev) {
+uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call,
+                             EventState* ev) {
+  // By reference, then copied: a 64-byte-aligned argument passed by value is
+  // copied with `rep movs`, on every launch.
+  Entry e = call;
   // Inline storage: no heap allocation unless an entry needs more than 16 edges.
   // (Not a reused thread_local vector: a thread_local with a destructor is gone
   // before the static destructors and atexit handlers that may still push.)
@@ -1551,7 +1555,13 @@ Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, 
     if (shared_mem > limit) return finish(t, Status::kInvalidValue);
   }
   std::lock_guard lock(g->mu);
-  Entry e{};
+  // Not `Entry e{}` (nor a loop of zero stores): here gcc zeroes that with
+  // `rep stos` whatever -mmemset-strategy says, and the launch is the call
+  // that must be cheap. A zero it cannot see is not a memset to it.
+  Entry e;
+  __m128i zero = _mm_setzero_si128();
+  asm("" : "+x"(zero));
+  for (__m128i* p = reinterpret_cast<__m128i*>(&e); p < reinterpret_cast<__m128i*>(&e + 1); ++p) _mm_store_si128(p, zero);
   e.op = uint16_t(Op::Launch);
   e.arg[0] = kernel;
   e.arg[1] = grid.x | uint64_t{grid.y} << 32;
