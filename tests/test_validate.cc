@@ -1046,7 +1046,7 @@ TEST_F(Hostile, OpenBitsBeyondTheRingCountAreIgnored) {
   ASSERT_LT(L_.ring_count, kMaxRings);
   RegionHeader* h = region().header();
   for (uint32_t w = 0; w < kMaxRings / 64; ++w) h->ring_open[w].fetch_or(~uint64_t{0});
-  // Every existing ring is open now, with tail 0: nothing to do, nothing read out of range.
+  // Every existing ring is open now, with nothing published: nothing to do, nothing read out of range.
   ASSERT_EQ(c_->null_call(), Status::kSuccess);
   create_ring(R_);
   expect_ring_continues(R_);
@@ -1174,7 +1174,13 @@ TEST_F(Hostile, SlotAtTheHeadShowingAnotherLapHoldsItsRingUntilItShowsItsOwn) {
     return e;
   };
   // Behind the head, entries that show their own laps: they must wait for it.
-  for (uint64_t p = head + 1; p < head + 4; ++p) publish_entry(&region().entries(R_)[p & (cap - 1)], raw(0xaa), p, cap);
+  // They write the buffer's first half only, so its second half tells whether
+  // the head entry ran, and its first half whether it ran first.
+  for (uint64_t p = head + 1; p < head + 4; ++p) {
+    Entry later = raw(0xaa);
+    later.arg[2] = kDevBytes / 2;
+    publish_entry(&region().entries(R_)[p & (cap - 1)], later, p, cap);
+  }
   const Entry first = raw(0x55);
   std::memcpy(reinterpret_cast<char*>(slot) + 8, reinterpret_cast<const char*>(&first) + 8, kCacheLine - 8);
   const uint64_t errors = w_.worker().stats().errors;
@@ -1200,7 +1206,8 @@ TEST_F(Hostile, SlotAtTheHeadShowingAnotherLapHoldsItsRingUntilItShowsItsOwn) {
   ASSERT_TRUE(synced(R_));
   std::vector<uint8_t> out(kDevBytes);
   ASSERT_EQ(c_->memcpy_d2h(out.data(), dev_, kDevBytes), Status::kSuccess);
-  EXPECT_EQ(std::count(out.begin(), out.end(), 0xaa), ptrdiff_t(kDevBytes)) << "not run, or run out of order";
+  EXPECT_EQ(std::count(out.begin(), out.begin() + kDevBytes / 2, 0xaa), ptrdiff_t(kDevBytes / 2)) << "run out of order";
+  EXPECT_EQ(std::count(out.begin() + kDevBytes / 2, out.end(), 0x55), ptrdiff_t(kDevBytes / 2)) << "the head entry did not run";
   EXPECT_TRUE(no_new_error());
   // A whole ring published at once is a full ring, not a bad one.
   for (uint64_t i = 0; i + 1 < cap; ++i) write(R_, memset_entry(dev_, uint8_t(i), kDevBytes));
@@ -1339,17 +1346,16 @@ TEST_F(Hostile, SlotSequenceJumpsAreAnswered) {
   EXPECT_EQ(slot_call(entry(Op::Null)), Status::kSuccess);
 }
 
-// ---- Known gaps (disabled until fixed; run with --gtest_also_run_disabled_tests).
+// ---- Gaps found by review, fixed; kept as regression tests.
 
-// check_edges accepts an edge when its position is <= the target ring's tail
-// *as read now*. That does not mean the target was published before the entry
-// carrying the edge (ARCHITECTURE.md, "Why this cannot deadlock", point 1,
-// claims it does): two entries published one after the other, each naming the
-// other's position, both pass once both tails are visible, and each then waits
-// for the other forever. The guest only stalls its own two rings, but a buggy
-// (not even hostile) edge builder would hang instead of getting an error.
-// Fix: reject the entry that closes a cycle in the waits-for graph when it
-// starts waiting (see the report for a patch).
+// check_edges accepts an edge when the target ring's slot before its position
+// shows its lap *as read now*. That does not mean the target was published
+// before the entry carrying the edge: two entries published one after the
+// other, each naming the other's position, both pass once both are visible,
+// and each would then wait for the other forever. The guest only stalls its
+// own two rings, but a buggy (not even hostile) edge builder would hang
+// instead of getting an error. The worker rejects the entry that closes a
+// cycle in the waits-for graph when it starts waiting (waits_for_itself).
 TEST_F(Hostile, EdgeCycleBetweenTwoRingsIsAnErrorNotAStall) {
   const uint32_t A = R_, B = R_ - 1;
   create_ring(A);
@@ -1357,7 +1363,7 @@ TEST_F(Hostile, EdgeCycleBetweenTwoRingsIsAnErrorNotAStall) {
   ASSERT_TRUE(drained(A));
   ASSERT_TRUE(drained(B));
   // Hide both rings from the worker while both entries are written, so that it
-  // sees both tails before it validates either entry (deterministically; a
+  // sees both entries before it validates either (deterministically; a
   // hostile guest can also just race it).
   RegionHeader* h = region().header();
   h->ring_open[0].fetch_and(~(uint64_t{1} << A | uint64_t{1} << B));

@@ -574,8 +574,12 @@ void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
   }
   publish_entry(&region_->entries(r)[g.tail & (cap - 1)], e, g.tail, uint32_t(cap));
   ++g.tail;
-  g.published.store(g.tail, std::memory_order_release);
+  // After notify_worker's sfence: on a write-combined BAR mapping the entry's
+  // publishing store may otherwise still wait in this core's write-combining
+  // buffer when another thread reads `published`, names the entry in an edge,
+  // and the worker rejects that edge as naming an unpublished entry.
   notify_worker();
+  g.published.store(g.tail, std::memory_order_release);
 }
 
 void Client::legacy_edges(Ring& g, uint32_t r, uint32_t stream, EdgeList* edges) {
