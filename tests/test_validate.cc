@@ -1189,8 +1189,7 @@ TEST_F(Hostile, SlotAtTheHeadShowingAnotherLapHoldsItsRingUntilItShowsItsOwn) {
     SCOPED_TRACE("lap " + std::to_string(lap) + " at the head, whose position's lap is " + std::to_string(own));
     uint64_t word;
     std::memcpy(&word, &first, sizeof word);
-    word = (word & ~(uint64_t{0xff} << 8 * offsetof(Entry, lap))) | uint64_t{lap} << 8 * offsetof(Entry, lap);
-    entry_word(slot).store(word, std::memory_order_release);
+    entry_word(slot).store(with_lap(word, lap), std::memory_order_release);
     ring_bell();
     ASSERT_EQ(c_->null_call(), Status::kSuccess);
     client_round_trip();

@@ -89,10 +89,6 @@ struct alignas(kCacheLine) Entry {
 };
 static_assert(sizeof(Entry) == 128 && offsetof(Entry, edges) == kCacheLine);
 
-// The bytes of an entry a ring holds: the first line, and the second only
-// when there are edges.
-constexpr size_t entry_bytes(uint8_t edge_count) { return edge_count ? sizeof(Entry) : kCacheLine; }
-
 inline constexpr size_t kRingEntryShift = 7;  // log2(sizeof(Entry))
 
 // A ring has no tail index: an entry says itself that it is published. Its
@@ -112,6 +108,9 @@ inline std::atomic_ref<uint64_t> entry_word(Entry* slot) {
 
 static_assert(std::endian::native == std::endian::little, "entry words are read as x86 stores them");
 constexpr uint8_t word_lap(uint64_t word) { return uint8_t(word >> (8 * offsetof(Entry, lap))); }
+constexpr uint64_t with_lap(uint64_t word, uint8_t lap) {
+  return (word & ~(uint64_t{0xff} << (8 * offsetof(Entry, lap)))) | uint64_t{lap} << (8 * offsetof(Entry, lap));
+}
 
 // Writes `e` into `slot` as the entry at `pos` of a ring of `capacity` entries.
 inline void publish_entry(Entry* slot, const Entry& e, uint64_t pos, uint32_t capacity) {
@@ -120,8 +119,7 @@ inline void publish_entry(Entry* slot, const Entry& e, uint64_t pos, uint32_t ca
   if (e.edge_count) std::memcpy(slot->edges, e.edges, sizeof e.edges);
   uint64_t word;
   std::memcpy(&word, &e, sizeof word);
-  word = (word & ~(uint64_t{0xff} << (8 * offsetof(Entry, lap)))) |
-         uint64_t{entry_lap(pos, capacity)} << (8 * offsetof(Entry, lap));
+  word = with_lap(word, entry_lap(pos, capacity));
   // On a write-combined BAR mapping the release store alone does not order the
   // entry's other stores before it: the fence does.
   _mm_sfence();
