@@ -112,6 +112,15 @@ constexpr uint64_t with_lap(uint64_t word, uint8_t lap) {
   return (word & ~(uint64_t{0xff} << (8 * offsetof(Entry, lap)))) | uint64_t{lap} << (8 * offsetof(Entry, lap));
 }
 
+// Publishes the entry whose other bytes are written in `slot`: `word` is its
+// first 8 bytes, with the lap of its position (with_lap).
+inline void publish_word(Entry* slot, uint64_t word) {
+  // On a write-combined BAR mapping the release store alone does not order the
+  // entry's other stores before it: the fence does.
+  _mm_sfence();
+  entry_word(slot).store(word, std::memory_order_release);
+}
+
 // Writes `e` into `slot` as the entry at `pos` of a ring of `capacity` entries.
 inline void publish_entry(Entry* slot, const Entry& e, uint64_t pos, uint32_t capacity) {
   // Fixed sizes: a memcpy of a size known only at run time is a `rep movs`.
@@ -119,11 +128,7 @@ inline void publish_entry(Entry* slot, const Entry& e, uint64_t pos, uint32_t ca
   if (e.edge_count) std::memcpy(slot->edges, e.edges, sizeof e.edges);
   uint64_t word;
   std::memcpy(&word, &e, sizeof word);
-  word = with_lap(word, entry_lap(pos, capacity));
-  // On a write-combined BAR mapping the release store alone does not order the
-  // entry's other stores before it: the fence does.
-  _mm_sfence();
-  entry_word(slot).store(word, std::memory_order_release);
+  publish_word(slot, with_lap(word, entry_lap(pos, capacity)));
 }
 
 // Control block of one SPSC ring, an index per cache line. The guest caches

@@ -373,8 +373,12 @@ std::unique_ptr<Client> Client::attach_for_cuda(std::string_view library, Status
   return nullptr;
 }
 
-Client::ThreadState& Client::thread() {
-  if (t_last_id == id_) return *static_cast<ThreadState*>(t_last_state);
+[[gnu::always_inline]] inline Client::ThreadState& Client::thread() {
+  if (t_last_id == id_) [[likely]] return *static_cast<ThreadState*>(t_last_state);
+  return thread_slow();
+}
+
+Client::ThreadState& Client::thread_slow() {
   auto it = t_states.find(id_);
   if (it != t_states.end()) {
     t_last_id = id_;
@@ -542,7 +546,7 @@ Status Client::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) {
   }
 }
 
-bool Client::bind(Stream s, Bound* out) {
+[[gnu::always_inline]] inline bool Client::bind(Stream s, Bound* out) {
   uint32_t id = s.id;
   if (id == kLegacyStreamId) {
     id = thread().device;  // as stream 0 in CUDA: the current device's legacy stream (set_device opened it)
@@ -560,19 +564,22 @@ bool Client::bind(Stream s, Bound* out) {
   return true;
 }
 
-void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
-  RingControl& ctl = region_->ring(r);
+[[gnu::always_inline]] inline Entry* Client::claim_slot(Ring& g, uint32_t r) {
   const uint64_t cap = region_->layout().ring_capacity;
-  if (g.tail - g.head_cache >= cap) {
+  if (g.tail - g.head_cache >= cap) [[unlikely]] {
+    RingControl& ctl = region_->ring(r);
     g.head_cache = ctl.head.load(std::memory_order_acquire);
     if (g.tail - g.head_cache >= cap) {
       notify_worker();
       // Backpressure: the worker dispatches without guest help (edges point back), so this ends.
-      if (!ok(wait_worker(ctl.head, g.tail - cap + 1))) return;  // session lost: finish() says so
+      if (!ok(wait_worker(ctl.head, g.tail - cap + 1))) return nullptr;  // session lost: finish() says so
       g.head_cache = ctl.head.load(std::memory_order_acquire);
     }
   }
-  publish_entry(&region_->entries(r)[g.tail & (cap - 1)], e, g.tail, uint32_t(cap));
+  return &region_->entries(r)[g.tail & (cap - 1)];
+}
+
+[[gnu::always_inline]] inline void Client::commit_slot(Ring& g) {
   ++g.tail;
   // After notify_worker's sfence: on a write-combined BAR mapping the entry's
   // publishing store may otherwise still wait in this core's write-combining
@@ -582,7 +589,14 @@ void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
   g.published.store(g.tail, std::memory_order_release);
 }
 
-void Client::legacy_edges(Ring& g, uint32_t r, uint32_t stream, EdgeList* edges) {
+void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
+  Entry* slot = claim_slot(g, r);
+  if (!slot) return;
+  publish_entry(slot, e, g.tail, uint32_t(region_->layout().ring_capacity));
+  commit_slot(g);
+}
+
+[[gnu::always_inline]] inline void Client::legacy_edges(Ring& g, uint32_t r, uint32_t stream, EdgeList* edges) {
   const StreamState& st = streams_[stream];
   const uint32_t d = st.device.load(std::memory_order_relaxed);
   if (stream < kMaxDevices) {
@@ -621,23 +635,23 @@ void Client::uses_of_event(const EventState& ev, uint32_t own_ring, EdgeList* ed
   for (auto [q, p] : ev.waits) edges->push_back({q, 0, p});
 }
 
+[[gnu::always_inline]] inline void Client::mark_errors(ThreadState& t) {
+  if (t.marked) return;  // before the worker can see this call's entry, let alone fail it
+  t.marked = true;
+  t.mark_sticky = !ok(sticky_error());
+  t.mark_error_seq = t.err_slot == kNoSlot ? t.error_seen
+                                           : region_->slot(t.err_slot).error_seq.load(std::memory_order_acquire);
+}
+
 uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call,
                              EventState* ev) {
-  // By reference, then copied: a 64-byte-aligned argument passed by value is
-  // copied with `rep movs`, on every launch.
-  Entry e = call;
+  mark_errors(t);
   // Inline storage: no heap allocation unless an entry needs more than 16 edges.
   // (Not a reused thread_local vector: a thread_local with a destructor is gone
   // before the static destructors and atexit handlers that may still push.)
-  if (!t.marked) {  // before the worker can see this call's entry, let alone fail it
-    t.marked = true;
-    t.mark_sticky = !ok(sticky_error());
-    t.mark_error_seq = t.err_slot == kNoSlot ? t.error_seen
-                                             : region_->slot(t.err_slot).error_seq.load(std::memory_order_acquire);
-  }
   EdgeList edges;
-  for (unsigned k = 0; k < e.edge_count && k < kMaxEdges; ++k) edges.push_back(e.edges[k]);
-  const Order order = info(static_cast<Op>(e.op)).order;
+  for (unsigned k = 0; k < call.edge_count && k < kMaxEdges; ++k) edges.push_back(call.edges[k]);
+  const Order order = info(static_cast<Op>(call.op)).order;
   std::unique_lock<std::mutex> ev_lock;
   if (ev) ev_lock = std::unique_lock(ev->mu);
   if (opt_.ordered && order != Order::None) {
@@ -645,6 +659,24 @@ uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t strea
     if (ev && order == Order::EventRead && ev->recorded) edges.push_back(ev->record);
     if (ev && order == Order::EventWrite) uses_of_event(*ev, r, &edges);
   }
+  const uint64_t pos = push_edges_locked(t, g, r, stream, call, edges);
+  if (ev && order == Order::EventWrite) {
+    ev->recorded = true;
+    ev->record = {r, 0, pos + 1};
+    ev->waits.clear();
+  } else if (ev && order == Order::EventRead) {
+    auto it = std::find_if(ev->waits.begin(), ev->waits.end(), [&](auto& w) { return w.first == r; });
+    if (it == ev->waits.end()) ev->waits.push_back({r, pos + 1});
+    else it->second = pos + 1;
+  }
+  return pos;
+}
+
+uint64_t Client::push_edges_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call,
+                                   const EdgeList& edges) {
+  // By reference, then copied: a 64-byte-aligned argument passed by value is
+  // copied with `rep movs`, on every call.
+  Entry e = call;
   e.thread = t.err_slot;
   e.stream = stream;
   size_t i = 0;
@@ -663,16 +695,40 @@ uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t strea
   const uint64_t pos = g.tail;
   write_entry(g, r, e);
   t.last_pos = pos;
-  if (ev && order == Order::EventWrite) {
-    ev->recorded = true;
-    ev->record = {r, 0, pos + 1};
-    ev->waits.clear();
-  } else if (ev && order == Order::EventRead) {
-    auto it = std::find_if(ev->waits.begin(), ev->waits.end(), [&](auto& w) { return w.first == r; });
-    if (it == ev->waits.end()) ev->waits.push_back({r, pos + 1});
-    else it->second = pos + 1;
-  }
   return pos;
+}
+
+[[gnu::always_inline]] inline uint64_t Client::push_launch_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream,
+                                                                  const uint64_t (&arg)[6]) {
+  static_assert(info(Op::Launch).order == Order::Stream);
+  static_assert(offsetof(Entry, stream) == offsetof(Entry, thread) + 4 && offsetof(Entry, arg) % 16 == 0);
+  // Each store a launch makes queues behind the previous launch's entry line
+  // while the worker's core holds that line; past a few dozen the queue is
+  // full and the launch waits out the line's trip (ARCHITECTURE.md, "The
+  // launch path"). So the common case writes its fields in the slot, once,
+  // in four stores and the publishing one.
+  mark_errors(t);
+  EdgeList edges;
+  if (opt_.ordered) legacy_edges(g, r, stream, &edges);
+  if (!edges.empty()) [[unlikely]] return push_launch_edges_locked(t, g, r, stream, arg, edges);
+  Entry* slot = claim_slot(g, r);
+  t.last_pos = g.tail;
+  if (!slot) return t.last_pos;  // session lost: finish() says so
+  const uint64_t who = t.err_slot | uint64_t{stream} << 32;
+  std::memcpy(&slot->thread, &who, sizeof who);
+  for (int k = 0; k < 6; k += 2)
+    _mm_store_si128(reinterpret_cast<__m128i*>(&slot->arg[k]), _mm_set_epi64x(int64_t(arg[k + 1]), int64_t(arg[k])));
+  publish_word(slot, with_lap(uint64_t(Op::Launch), entry_lap(g.tail, uint32_t(region_->layout().ring_capacity))));
+  commit_slot(g);
+  return t.last_pos;
+}
+
+uint64_t Client::push_launch_edges_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream,
+                                          const uint64_t (&arg)[6], const EdgeList& edges) {
+  Entry e{};
+  e.op = uint16_t(Op::Launch);
+  std::copy(std::begin(arg), std::end(arg), e.arg);
+  return push_edges_locked(t, g, r, stream, e, edges);
 }
 
 uint64_t Client::push_fence_locked(ThreadState& t, Ring& g, uint32_t r) {
@@ -1559,26 +1615,18 @@ Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, 
     if (shared_mem > limit) return finish(t, Status::kInvalidValue);
   }
   std::lock_guard lock(g->mu);
-  // Not `Entry e{}` (nor a loop of zero stores): here gcc zeroes that with
-  // `rep stos` whatever -mmemset-strategy says, and the launch is the call
-  // that must be cheap. A zero it cannot see is not a memset to it.
-  Entry e;
-  __m128i zero = _mm_setzero_si128();
-  asm("" : "+x"(zero));
-  for (__m128i* p = reinterpret_cast<__m128i*>(&e); p < reinterpret_cast<__m128i*>(&e + 1); ++p) _mm_store_si128(p, zero);
-  e.op = uint16_t(Op::Launch);
-  e.arg[0] = kernel;
-  e.arg[1] = grid.x | uint64_t{grid.y} << 32;
-  e.arg[2] = grid.z | uint64_t{block.x} << 32;
-  e.arg[3] = block.y | uint64_t{block.z} << 32;
-  e.arg[5] = args_size | uint64_t{shared_mem} << 32;
   uint64_t off = 0;
   if (args_size) {
     if (!alloc_staging(t, *g, r, args_size, &off)) return finish(t, Status::kInvalidValue);
     std::memcpy(region_->staging(r) + off, args, args_size);
   }
-  e.arg[4] = off;
-  const uint64_t pos = push_locked(t, *g, r, b.id, e, nullptr);
+  const uint64_t arg[6] = {kernel,
+                           grid.x | uint64_t{grid.y} << 32,
+                           grid.z | uint64_t{block.x} << 32,
+                           block.y | uint64_t{block.z} << 32,
+                           off,
+                           args_size | uint64_t{shared_mem} << 32};
+  const uint64_t pos = push_launch_locked(t, *g, r, b.id, arg);
   if (args_size) {
     g->stage_marks.push_back({pos, g->stage_tail});
     if (g->stage_tail - g->fence_stage > region_->layout().staging_per_ring / 4) push_fence_locked(t, *g, r);
