@@ -675,13 +675,16 @@ BENCHMARK(BM_SpscRoundTrip)->Name("baseline/spsc_queue_roundtrip")->UseRealTime(
 
 // The floor under ordo/enqueue: a ring of one-line entries that publish
 // themselves (ordo's publish_entry), a consumer that polls the slot at its head
-// and copies each entry out (as the worker does), and a producer that spends
-// `pauses` x _mm_pause of its own work before each entry (ordo's guest does
-// ~60-80 ns of its own per launch). Timed as BM_Enqueue: bursts of 256, the
-// ring drained between them. A consumer that keeps up is polling the very
-// line the producer writes next, so each entry costs a line's trip to the
-// consumer's core and back; with no work of its own the producer runs ahead
-// and its stores overlap.
+// and copies each entry out (as the worker does), and a producer that does
+// `work` steps of a dependent multiply-add chain (about 1.2 ns each here; no
+// memory, no pause: a pause also waits for the core's stores) and `stores`
+// stores to its own stack before each entry. Timed as BM_Enqueue: bursts of
+// 256, the ring drained between them. A consumer that keeps up is polling the
+// very line the producer writes next, so the entry's store waits for that line
+// at the head of the core's store queue; the stores after it queue up behind
+// it, and once the queue is full the producer waits out the line's trip. The
+// stores are the launch's other ones (spills, bookkeeping): `stores` against
+// `stores:0` is what they cost at the placement of the run.
 void BM_LineRing(benchmark::State& state) {
   constexpr uint32_t kCap = 1024;
   constexpr int kBurst = 256;
@@ -707,16 +710,25 @@ void BM_LineRing(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(sink);
   });
-  const int pauses = int(state.range(0));
+  const int work = int(state.range(0));
+  const int stores = int(state.range(1));
+  std::array<uint64_t, 128> stack{};
   ordo::Entry e{};
   e.op = uint16_t(ordo::Op::Launch);
-  uint64_t pos = 0;
+  uint64_t pos = 0, x = 1;
   double total_ns = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < kBurst; ++i, ++pos) {
-      for (int k = 0; k < pauses; ++k) _mm_pause();
-      e.arg[0] = pos;
+      for (int k = 0; k < work; ++k) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        asm volatile("" : "+r"(x));
+      }
+      if (stores) {
+        for (int k = 0; k < stores; ++k) stack[k] = x + k;
+        benchmark::DoNotOptimize(stack);  // stored, each time: as a launch's spills are
+      }
+      e.arg[0] = x;
       ordo::publish_entry(&ring[pos & (kCap - 1)], e, pos, kCap);
     }
     const auto t1 = std::chrono::steady_clock::now();
@@ -729,8 +741,8 @@ void BM_LineRing(benchmark::State& state) {
   consumer.join();
   state.counters["ns_per_entry"] = total_ns / double(state.iterations() * kBurst);
 }
-BENCHMARK(BM_LineRing)->Name("baseline/line_ring")->ArgName("pauses")->Arg(0)->Arg(3)->UseManualTime()
-    ->MinTime(kMinTime);
+BENCHMARK(BM_LineRing)->Name("baseline/line_ring")->ArgNames({"work", "stores"})
+    ->Args({0, 0})->Args({40, 0})->Args({40, 32})->Args({40, 64})->UseManualTime()->MinTime(kMinTime);
 
 // ---- paired A/B ------------------------------------------------------------
 //
