@@ -170,29 +170,29 @@ class Client {
   struct HostFuncs;
 
   Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t session);
-  ThreadState& thread();
+  inline ThreadState& thread();  // inline: the fast path of every call (client.cc)
   ThreadState& thread_slow();  // thread() on this client's first call from this thread
   Status check_async_error(ThreadState& t);
   Status finish(ThreadState& t, Status own);  // record last error, surface async errors
   Status finish_own(ThreadState& t, Status own);  // record last error; async errors stay pending
   // finish() for a call that only enqueued: the errors present when it pushed its first entry.
   Status finish_async(ThreadState& t);
-  bool bind(Stream s, Bound* out);
+  inline bool bind(Stream s, Bound* out);
   // Appends `e` of stream `stream` (with edges for its op's ordering role, after
   // any edges `e` already carries) to ring `r`; caller holds r.mu.
   uint64_t push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call, EventState* ev);
   // A launch's push_locked: its entry is written in its slot, not built and copied.
-  uint64_t push_launch_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const uint64_t (&arg)[6]);
-  void mark_errors(ThreadState& t);
+  inline uint64_t push_launch_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const uint64_t (&arg)[6]);
+  inline void mark_errors(ThreadState& t);
   using EdgeList = boost::container::small_vector<Edge, 16>;
   uint64_t push_launch_edges_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const uint64_t (&arg)[6],
                                     const EdgeList& edges);
   uint64_t push_edges_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call,
                              const EdgeList& edges);
   void write_entry(Ring& g, uint32_t r, const Entry& e);
-  Entry* claim_slot(Ring& g, uint32_t r);  // the slot at g.tail once it is free; nullptr: session lost
-  void commit_slot(Ring& g);               // the entry at g.tail is published
-  void legacy_edges(Ring& g, uint32_t r, uint32_t stream, EdgeList* edges);
+  inline Entry* claim_slot(Ring& g, uint32_t r);  // the slot at g.tail once it is free; nullptr: session lost
+  inline void commit_slot(Ring& g);               // the entry at g.tail is published
+  inline void legacy_edges(Ring& g, uint32_t r, uint32_t stream, EdgeList* edges);
   void uses_of_event(const EventState& ev, uint32_t own_ring, EdgeList* edges);
   bool alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset);
   bool try_alloc_staging(Ring& g, uint32_t r, uint64_t size, uint64_t* offset);  // size 16-aligned; no wait
