@@ -715,7 +715,7 @@ uint64_t Client::push_edges_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t
   t.last_pos = g.tail;
   if (!slot) return t.last_pos;  // session lost: finish() says so
   const uint64_t who = t.err_slot | uint64_t{stream} << 32;
-  std::memcpy(&slot->thread, &who, sizeof who);
+  std::memcpy(reinterpret_cast<char*>(slot) + offsetof(Entry, thread), &who, sizeof who);  // thread, stream
   for (int k = 0; k < 6; k += 2)
     _mm_store_si128(reinterpret_cast<__m128i*>(&slot->arg[k]), _mm_set_epi64x(int64_t(arg[k + 1]), int64_t(arg[k])));
   publish_word(slot, with_lap(uint64_t(Op::Launch), entry_lap(g.tail, uint32_t(region_->layout().ring_capacity))));
