@@ -112,7 +112,8 @@ std::unique_ptr<Client> WorkerProcess::attach(ClientOptions o) {
   return c;
 }
 
-InProcessWorker::InProcessWorker(WorkerOptions o, uint64_t size) {
+InProcessWorker::InProcessWorker(WorkerOptions o, uint64_t size, std::unique_ptr<Backend> backend)
+    : backend_(std::move(backend)) {
   path_ = unique_region("thread");
   Layout l;
   if (!plan_default_layout(size, &l)) throw std::runtime_error("bad size");
@@ -121,8 +122,8 @@ InProcessWorker::InProcessWorker(WorkerOptions o, uint64_t size) {
   if (!region_) throw std::runtime_error(err);
   // ORDO_TEST_BACKEND=cuda: the stacked suite (tests/stacked) runs these tests
   // on the cuda backend over ordo's libcuda.so.1.
-  const char* backend = std::getenv("ORDO_TEST_BACKEND");
-  backend_ = make_backend(backend && *backend ? backend : "sim", &err);
+  const char* name = std::getenv("ORDO_TEST_BACKEND");
+  if (!backend_) backend_ = make_backend(name && *name ? name : "sim", &err);
   if (!backend_) throw std::runtime_error(err);
   bell_ = DoorbellWaiter::listen(doorbell_path(path_), &err);
   o.quiet = true;

@@ -46,7 +46,8 @@ class WorkerProcess {
 
 class InProcessWorker {
  public:
-  explicit InProcessWorker(WorkerOptions o = {}, uint64_t size = 16u << 20);
+  // `backend`: the sim (or ORDO_TEST_BACKEND) when null.
+  explicit InProcessWorker(WorkerOptions o = {}, uint64_t size = 16u << 20, std::unique_ptr<Backend> backend = nullptr);
   ~InProcessWorker();
   const std::string& region_path() const { return path_; }
   Region& region() { return *region_; }

@@ -11,6 +11,7 @@
 
 #include "harness.h"
 #include "ordo/sim.h"
+#include "worker/backends/null/null_backend.h"
 
 namespace ordo::test {
 namespace {
@@ -42,6 +43,41 @@ TEST(Peers, KilledWorkerFailsWaitingCallsInsteadOfHanging) {
   EXPECT_EQ(c->stream_synchronize(kLegacyStream), Status::kDevicesUnavailable);
   killer.join();
   EXPECT_EQ(c->null_call(), Status::kDevicesUnavailable) << "later calls fail too, without hanging";
+}
+
+// A backend whose allocations hold the worker's dispatch thread, as a long
+// backend call does (a module's JIT compile, a slow driver call).
+class StallingBackend : public NullBackend {
+ public:
+  explicit StallingBackend(std::chrono::milliseconds stall) : stall_(stall) {}
+  Status malloc(uint32_t device, uint64_t size, uint64_t* addr) override {
+    std::this_thread::sleep_for(stall_);
+    return NullBackend::malloc(device, size, addr);
+  }
+
+ private:
+  std::chrono::milliseconds stall_;
+};
+
+// The heartbeat says the worker lives, not that it is quick: a dispatch thread
+// held three times the guest's timeout makes neither the call that holds it nor
+// a call queued behind it fail, and the session goes on.
+TEST(Peers, ADispatchThreadHeldLongerThanTheTimeoutIsNotADeadWorker) {
+  InProcessWorker w({}, 16u << 20, std::make_unique<StallingBackend>(std::chrono::milliseconds(1500)));
+  ClientOptions o;
+  o.worker_timeout = std::chrono::milliseconds(500);
+  auto c = w.attach(o);
+  ASSERT_EQ(c->null_call(), Status::kSuccess);
+  Status queued = Status::kNotReady;
+  std::thread behind([&] {
+    usleep(200000);  // while the allocation holds the dispatch thread
+    queued = c->null_call();
+  });
+  uint64_t d = 0;
+  EXPECT_EQ(c->malloc(&d, 4096), Status::kSuccess);
+  behind.join();
+  EXPECT_EQ(queued, Status::kSuccess);
+  EXPECT_EQ(c->null_call(), Status::kSuccess) << "the session goes on";
 }
 
 TEST(Peers, RestartedWorkerServesANewGuest) {

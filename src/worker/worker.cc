@@ -10,6 +10,7 @@
 #include <deque>
 #include <thread>
 #include <sstream>
+#include <stop_token>
 
 #include "validate.h"
 
@@ -954,13 +955,27 @@ static bool sleep_on(DoorbellWaiter* doorbell, std::chrono::microseconds limit) 
 
 void Worker::run(DoorbellWaiter* doorbell) {
   RegionHeader* h = region_.header();
+  // The heartbeat says that this process lives, not that its dispatch loop is
+  // quick: guests give a session up for good when it stops, and a dispatch
+  // thread held in one long backend call (a module's JIT compile, the sim
+  // joining a thousand stream threads on a loaded host) is not a dead worker.
+  // So a thread of its own stores it (ARCHITECTURE.md, "Idle").
+  std::jthread beat([h](std::stop_token stop) {
+    std::mutex mu;
+    std::condition_variable_any cv;
+    std::unique_lock lock(mu);
+    while (!stop.stop_requested()) {
+      h->heartbeat_ns.store(now_ns(), std::memory_order_relaxed);
+      cv.wait_for(lock, stop, std::chrono::milliseconds(100), [] { return false; });
+    }
+  });
   uint64_t idle_since = 0;
   uint64_t last_beat = 0;
   uint32_t pass = 0;
   bool worked = false;  // since the last clock pass
   while (!stop_.load(std::memory_order_relaxed)) {
-    // The clock is read on every 16th pass only, busy or idle: the heartbeat
-    // needs 100 ms resolution and the spin limit 200 us, and a clock_gettime
+    // The clock is read on every 16th pass only, busy or idle: the heartbeat's
+    // chores need 100 ms resolution and the spin limit 200 us, and a clock_gettime
     // on every idle pass (8% of the worker's time in a sync round trip) only
     // delays the pass that finds the next request.
     if ((++pass & 15) != 0) {
@@ -970,7 +985,6 @@ void Worker::run(DoorbellWaiter* doorbell) {
     }
     const uint64_t now = now_ns();
     if (now - last_beat > 100'000'000) {
-      h->heartbeat_ns.store(now, std::memory_order_relaxed);
       last_beat = now;
       rescan_slots_ = true;
       age_watched();
