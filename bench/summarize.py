@@ -5,6 +5,10 @@
       --benchmark_out=run1.json --benchmark_out_format=json
   bench/summarize.py run1.json [run2.json ...]
 
+Copies get a table per run: each path as a share of memcpy of the same size
+(pageable ones also of the staged floor), and 4 KiB latency against the sync
+null call.
+
 One column per run, so the spread between runs is visible next to the numbers.
 With repetitions a cell is "best (median)": best is the fastest repetition, the
 one least disturbed by other load on a shared machine. Paired benchmarks report
@@ -32,6 +36,8 @@ def load(path):
 
 def value(b):
     """(number, unit) that the table shows for one benchmark."""
+    if "bytes_per_second" in b:
+        return b["bytes_per_second"] / 1e9, "GB/s"
     if "ns_per_call" in b:
         return b["ns_per_call"], "ns/call"
     if "items_per_second" in b:
@@ -84,6 +90,59 @@ PAIRED = [
 ]
 
 
+COPY_SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
+
+
+def size_name(n):
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def copies(runs):
+    """Issue 12's copy ratios, per run: each path's rate as a share of memcpy of
+    the same size (and of the staged floor, two pinned threads copying through
+    staging blocks), and a 4 KiB copy's latency against the sync null call."""
+    for i, (_, rows) in enumerate(runs):
+        paths = sorted({re.sub(r"/[0-9]+$", "", n) for n in rows if n.startswith("copy/")})
+        if not paths or not any(f"baseline/memcpy/{n}" in rows for n in COPY_SIZES):
+            continue
+        rate = lambda name: best_median(rows[name])[0] if name in rows else None
+        print(f"Copies, run {i + 1}: GB/s (best), share of memcpy of the same size"
+              " [share of the staged floor]")
+        print()
+        print("| path | " + " | ".join(size_name(n) for n in COPY_SIZES) + " |")
+        print("|---|" + "---|" * len(COPY_SIZES))
+        base = {n: rate(f"baseline/memcpy/{n}") for n in COPY_SIZES}
+        print("| `baseline/memcpy` | " + " | ".join(fmt(base[n]) if base[n] else "-" for n in COPY_SIZES) + " |")
+        for path in [p for p in ("baseline/staged_memcpy_h2d", "baseline/staged_memcpy_d2h")] + paths:
+            cells = []
+            for n in COPY_SIZES:
+                r = rate(f"{path}/{n}")
+                if r is None:
+                    cells.append("-")
+                    continue
+                # The null backend moves no byte of a pinned copy: a rate, no share.
+                moved = not path.startswith("copy/null/pinned_")
+                c = fmt(r) + (f" ({100 * r / base[n]:.0f}%)" if base[n] and moved else "")
+                floor = rate(f"baseline/staged_memcpy_{path[-3:]}/{n}")
+                if "/pageable_" in path and floor:
+                    c += f" [{100 * r / floor:.0f}%]"
+                cells.append(c)
+            if any(c != "-" for c in cells):
+                print(f"| `{path}` | " + " | ".join(cells) + " |")
+        print()
+        sync = rows.get("ordo/sync_null_call")
+        small = [p for p in paths if f"{p}/4096" in rows]
+        if sync and small:
+            # A copy's rate at 4 KiB is bytes over its round trip: latency = 4096 / rate.
+            ns = {p: 4096 / rate(f"{p}/4096") for p in small}
+            print("| 4 KiB copy latency | ns | / sync null call |")
+            print("|---|---|---|")
+            print(f"| `ordo/sync_null_call` | {fmt(best_median(sync)[0])} | 1.00 |")
+            for p in small:
+                print(f"| `{p}/4096` | {fmt(ns[p])} | {ns[p] / best_median(sync)[0]:.2f} |")
+            print()
+
+
 def main(paths):
     runs = [load(p) for p in paths]
     cols = " | ".join(f"run {i + 1}" for i in range(len(runs)))
@@ -112,6 +171,7 @@ def main(paths):
             checks.append((f"{group}, {t} thread(s): edges_on / edges_off items/s",
                            f"ordo/ordering/{group}/edges_on/threads:{t}",
                            f"ordo/ordering/{group}/edges_off/threads:{t}"))
+    copies(runs)
     print(f"| ratio (best of each) | {cols} |")
     print("|---|" + "---|" * len(runs))
     for label, num, den in checks:
