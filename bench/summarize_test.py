@@ -43,6 +43,9 @@ for path in paths:
     if cells is None:
         fails.append(f"no row for {path}")
         continue
+    if len(cells) != len(sizes):
+        fails.append(f"{path}: {len(cells)} cells for {len(sizes)} sizes")
+        continue
     for n, c in zip(sizes, cells):
         name = f"{path}/{n}"
         if name not in rates:

@@ -74,7 +74,9 @@ TEST(Peers, ADispatchThreadHeldLongerThanTheTimeoutIsNotADeadWorker) {
     queued = c->null_call();
   });
   uint64_t d = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(c->malloc(&d, 4096), Status::kSuccess);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1400)) << "the stall happened";
   behind.join();
   EXPECT_EQ(queued, Status::kSuccess);
   EXPECT_EQ(c->null_call(), Status::kSuccess) << "the session goes on";

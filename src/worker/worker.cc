@@ -717,7 +717,7 @@ void Worker::watch(uint32_t s) {
 }
 
 void Worker::age_watched() {
-  // A slot idle for a heartbeat is told it is no longer watched, and is still
+  // A slot idle for a sweep period is told it is no longer watched, and is still
   // read for one more: a guest that read `watched` just before it changed
   // published its request well before then.
   for (size_t i = 0; i < watched_.size();) {
@@ -765,7 +765,7 @@ bool Worker::poll_slots() {
       staged_slots_ += slots_[s].staged;  // its edges are not ready yet: retried below from now on
     }
   }
-  // Slots waiting for edges, and every slot once per heartbeat: a request
+  // Slots waiting for edges, and every slot once per sweep (the 100 ms pass): a request
   // whose bit was never set (a guest that died between the two stores) is
   // still answered.
   if (staged_slots_ == 0 && !rescan_slots_) return progressed;
@@ -960,15 +960,12 @@ void Worker::run(DoorbellWaiter* doorbell) {
   // thread held in one long backend call (a module's JIT compile, the sim
   // joining a thousand stream threads on a loaded host) is not a dead worker.
   // So a thread of its own stores it (ARCHITECTURE.md, "Idle").
-  std::jthread beat([h](std::stop_token stop) {
-    std::mutex mu;
-    std::condition_variable_any cv;
-    std::unique_lock lock(mu);
-    while (!stop.stop_requested()) {
-      h->heartbeat_ns.store(now_ns(), std::memory_order_relaxed);
-      cv.wait_for(lock, stop, std::chrono::milliseconds(100), [] { return false; });
-    }
-  });
+  std::jthread beater;
+  try {
+    beater = std::jthread([this](std::stop_token stop) { beat(stop); });
+  } catch (const std::system_error&) {
+    // No thread to spare (a thread limit): the loop below beats instead.
+  }
   uint64_t idle_since = 0;
   uint64_t last_beat = 0;
   uint32_t pass = 0;
@@ -984,7 +981,9 @@ void Worker::run(DoorbellWaiter* doorbell) {
       continue;
     }
     const uint64_t now = now_ns();
+    loop_passes_.store(pass, std::memory_order_relaxed);
     if (now - last_beat > 100'000'000) {
+      if (!beater.joinable()) h->heartbeat_ns.store(now, std::memory_order_relaxed);
       last_beat = now;
       rescan_slots_ = true;
       age_watched();
@@ -1023,6 +1022,31 @@ void Worker::run(DoorbellWaiter* doorbell) {
   }
   // Stopping ends the guest's session: its device resources go with it.
   if (attached_) reset_session();
+}
+
+void Worker::beat(std::stop_token stop) {
+  // Guests wait out a dispatch thread held in a backend call; an operator
+  // should still hear of one held for long (a hung driver call).
+  constexpr uint32_t kStallBeats = 300;  // 30 s
+  RegionHeader* h = region_.header();
+  std::mutex mu;
+  std::condition_variable_any cv;
+  std::unique_lock lock(mu);
+  uint32_t seen = 0, still = 0;
+  while (!stop.stop_requested()) {
+    h->heartbeat_ns.store(now_ns(), std::memory_order_relaxed);
+    const uint32_t passes = loop_passes_.load(std::memory_order_relaxed);
+    if (passes != seen || h->attached_session.load(std::memory_order_relaxed) == 0) {
+      seen = passes;
+      still = 0;
+    } else if (++still == kStallBeats && !opt_.quiet) {
+      std::fprintf(stderr,
+                   "ordo-worker: the dispatch thread has been in one call for %u s (a backend call that does not "
+                   "return?); its guest's calls wait for it\n",
+                   kStallBeats / 10);
+    }
+    cv.wait_for(lock, stop, std::chrono::milliseconds(100), [] { return false; });
+  }
 }
 
 bool Worker::write_trace(const std::string& path, std::string* error) const {

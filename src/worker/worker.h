@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <random>
 #include <set>
 #include <string>
@@ -103,13 +104,13 @@ class Worker {
     std::shared_ptr<FenceQueue> fences;
   };
   // Watched: the guest skips posting and the worker reads request.seq each
-  // pass. Leaving: the guest was told to post again; still read for one heartbeat.
+  // pass. Leaving: the guest was told to post again; still read for one more sweep (the 100 ms pass).
   enum class Watch : uint8_t { kNone, kWatched, kLeaving };
   static constexpr size_t kMaxWatched = 8;
   struct SlotState {
     uint64_t taken = 0;       // the last request.seq taken
     Watch watch = Watch::kNone;
-    bool active = false;      // a request since the last heartbeat
+    bool active = false;      // a request since the last sweep
     bool staged = false;
     bool waited = false;
     uint64_t seq = 0;
@@ -123,6 +124,7 @@ class Worker {
   };
 
   bool poll_ring(uint32_t r);
+  void beat(std::stop_token stop);  // the heartbeat thread
   Status stream_of(const Entry& e, uint32_t ring) const;
   void mark_dirty(RingState& rs, uint32_t stream);
   void dispatch_fence(uint32_t ring, uint64_t pos);
@@ -182,6 +184,8 @@ class Worker {
   std::mt19937_64 chaos_rng_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> restart_{false};
+  // The dispatch loop's pass count, stored every 16th pass; the heartbeat thread watches it.
+  std::atomic<uint32_t> loop_passes_{0};
   mutable std::mutex error_mu_;  // slot writes (errors, replies) come from backend threads too
   std::atomic<uint32_t> pending_notifies_{0};  // EventSynchronize callbacks not yet run
   uint64_t session_epoch_ = 0;    // under error_mu_: bumped per reset, so late callbacks of a past session write nothing
