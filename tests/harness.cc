@@ -44,7 +44,10 @@ WorkerProcess::WorkerProcess(std::vector<std::string> args, const char* size, st
     execv(exe, cargv.data());
     _exit(127);
   }
-  for (int i = 0; i < 1000; ++i) {
+  // Ready in well under a second when the machine is idle; the limit only turns
+  // a hang into a failure, and a loaded 2-core machine (a sanitizer build, a
+  // stacked worker pair starting while another runs) has taken over 5 s.
+  for (int i = 0; i < 6000; ++i) {
     if (access(ready.c_str(), F_OK) == 0) {
       unlink(ready.c_str());
       return;
@@ -56,7 +59,7 @@ WorkerProcess::WorkerProcess(std::vector<std::string> args, const char* size, st
     }
     usleep(5000);
   }
-  throw std::runtime_error("ordo-worker did not become ready in 5 s");
+  throw std::runtime_error("ordo-worker did not become ready in 30 s; see " + log_);
 }
 
 std::string WorkerProcess::stop() {
