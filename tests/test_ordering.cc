@@ -59,9 +59,15 @@ TEST(Ordering, BlockingStreamFollowsLegacyStream) {
 TEST(Ordering, LegacyStreamBreaksWithoutEdges) {
   WorkerProcess w(kUnordered);
   Problems p;
-  int v = scenario::legacy_violations(*w.attach(), 40, false, p);
-  v += scenario::legacy_violations(*w.attach(), 40, true, p);  // a new guest session
-  std::printf("without edges: %d of 80 runs violated legacy-stream order\n", v);
+  // On a sanitizer build a round of 80 shows 0-3 violations (the main build:
+  // 20-30), and CI has seen rounds with none: rounds until one shows, at most
+  // twelve.
+  int v = 0, runs = 0;
+  for (int round = 0; round < 12 && v == 0; ++round, runs += 80) {
+    v += scenario::legacy_violations(*w.attach(), 40, false, p);
+    v += scenario::legacy_violations(*w.attach(), 40, true, p);  // a new guest session
+  }
+  std::printf("without edges: %d of %d runs violated legacy-stream order\n", v, runs);
   EXPECT_GT(v, 0);
   EXPECT_TRUE(p.empty()) << p.first();
 }

@@ -971,8 +971,8 @@ void Worker::run(DoorbellWaiter* doorbell) {
   uint32_t pass = 0;
   bool worked = false;  // since the last clock pass
   while (!stop_.load(std::memory_order_relaxed)) {
-    // The clock is read on every 16th pass only, busy or idle: the heartbeat's
-    // chores need 100 ms resolution and the spin limit 200 us, and a clock_gettime
+    // The clock is read on every 16th pass only, busy or idle: the sweep needs
+    // 100 ms resolution and the spin limit 200 us, and a clock_gettime
     // on every idle pass (8% of the worker's time in a sync round trip) only
     // delays the pass that finds the next request.
     if ((++pass & 15) != 0) {

@@ -10,9 +10,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <stop_token>
 #include <random>
 #include <set>
+#include <stop_token>
 #include <string>
 #include <vector>
 
