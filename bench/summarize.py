@@ -113,7 +113,7 @@ def copies(runs):
         print("|---|" + "---|" * len(COPY_SIZES))
         base = {n: rate(f"baseline/memcpy/{n}") for n in COPY_SIZES}
         print("| `baseline/memcpy` | " + " | ".join(fmt(base[n]) if base[n] else "-" for n in COPY_SIZES) + " |")
-        for path in [p for p in ("baseline/staged_memcpy_h2d", "baseline/staged_memcpy_d2h")] + paths:
+        for path in ["baseline/staged_memcpy_h2d", "baseline/staged_memcpy_d2h"] + paths:
             cells = []
             for n in COPY_SIZES:
                 r = rate(f"{path}/{n}")
@@ -133,13 +133,13 @@ def copies(runs):
         sync = rows.get("ordo/sync_null_call")
         small = [p for p in paths if f"{p}/4096" in rows]
         if sync and small:
-            # A copy's rate at 4 KiB is bytes over its round trip: latency = 4096 / rate.
-            ns = {p: 4096 / rate(f"{p}/4096") for p in small}
+            sync_ns = best_median(sync)[0]
             print("| 4 KiB copy latency | ns | / sync null call |")
             print("|---|---|---|")
-            print(f"| `ordo/sync_null_call` | {fmt(best_median(sync)[0])} | 1.00 |")
+            print(f"| `ordo/sync_null_call` | {fmt(sync_ns)} | 1.00 |")
             for p in small:
-                print(f"| `{p}/4096` | {fmt(ns[p])} | {ns[p] / best_median(sync)[0]:.2f} |")
+                ns = 4096 / rate(f"{p}/4096")  # a copy's rate is bytes over its round trip
+                print(f"| `{p}/4096` | {fmt(ns)} | {ns / sync_ns:.2f} |")
             print()
 
 
@@ -160,6 +160,7 @@ def main(paths):
         for label, key in keys:
             print(f"| `{name}` | {label} | " + " | ".join(spread(counter(r, name, key)) for _, r in runs) + " |")
     print()
+    copies(runs)
     checks = [
         ("sync RT / ping-pong RT, separate benchmarks (target <= 2)",
          "ordo/sync_null_call", "baseline/cacheline_pingpong"),
@@ -171,7 +172,6 @@ def main(paths):
             checks.append((f"{group}, {t} thread(s): edges_on / edges_off items/s",
                            f"ordo/ordering/{group}/edges_on/threads:{t}",
                            f"ordo/ordering/{group}/edges_off/threads:{t}"))
-    copies(runs)
     print(f"| ratio (best of each) | {cols} |")
     print("|---|" + "---|" * len(runs))
     for label, num, den in checks:
