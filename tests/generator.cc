@@ -16,9 +16,14 @@
 //   C4 device sync    work before cudaDeviceSynchronize -> work after it
 //   C5 stream sync    a stream's work before cudaStreamSynchronize -> work after it
 //   C7 event sync     work before the record -> work after cudaEventSynchronize (or a query that said done)
-//   C6 host function  the thread's earlier work the stream follows -> the function -> the stream's later work
-//                     (checked through pinned copies on both sides of it); a host-to-host copy (the
-//                     caller's stream_order_wait) likewise follows that earlier work
+//   C6 host function  the thread's earlier work the stream follows (stamps, and its last host function)
+//                     -> the function -> work after it: a copy of the flag it writes, queued on the same
+//                     stream, across the legacy/blocking boundary (the legacy stream after a blocking
+//                     stream's function or the reverse, cudaStreamPerThread included), by a synchronous
+//                     cudaMemcpy, or on a stream that waited on an event recorded after it, must carry
+//                     the flag; and a synchronizing call that covers it (stream, legacy stream, device,
+//                     event synchronize, a query that said done) returns only after it returned. A
+//                     host-to-host copy (the caller's stream_order_wait) likewise follows that earlier work
 //   C8 peer copy      a copy to another device's memory, on a stream that follows the thread's last
 //                     stamp (C1, C3, or a wait on an event recorded after it), carries that stamp's
 //                     final value
@@ -75,14 +80,31 @@ struct GenEvent {
   uint64_t rec_sid = 0, rec_end = 0;
 };
 
-// Work issued now on stream `g` follows stamp `last` by stream order or the
-// legacy stream's implicit synchronization (C1, C3).
-bool follows_stamp(const Logged& last, const GenStream& g) {
-  if (last.stamp < 0) return false;
-  if (last.sid == g.sid) return true;
-  if (last.device != g.device) return false;
-  return (g.legacy && !last.legacy && last.blocking) || (!g.legacy && g.blocking && last.legacy);
+// Work issued now on stream `g` follows work issued earlier on stream `a` by
+// stream order or the legacy stream's implicit synchronization (C1, C3).
+bool follows(uint64_t sid, bool legacy, bool blocking, uint32_t device, const GenStream& g) {
+  if (sid == g.sid) return true;
+  if (device != g.device) return false;
+  return (g.legacy && !legacy && blocking) || (!g.legacy && g.blocking && legacy);
 }
+bool follows_stamp(const Logged& last, const GenStream& g) {
+  return last.stamp >= 0 && follows(last.sid, last.legacy, last.blocking, last.device, g);
+}
+
+// How the flag of a host function was copied to the device after it (C6).
+enum class HfCopy : uint8_t { SameStream, AcrossLegacy, Synchronous, EventWait };
+const char* hf_copy_name(HfCopy h) {
+  switch (h) {
+    case HfCopy::SameStream: return "queued on its stream";
+    case HfCopy::AcrossLegacy: return "queued across the legacy/blocking boundary";
+    case HfCopy::Synchronous: return "a synchronous cudaMemcpy";
+    case HfCopy::EventWait: return "queued on a stream that waited on an event recorded after it";
+  }
+  return "?";
+}
+
+uint32_t load_flag(uint32_t* f) { return std::atomic_ref<uint32_t>(*f).load(std::memory_order_acquire); }
+void store_flag(uint32_t* f, uint32_t v) { std::atomic_ref<uint32_t>(*f).store(v, std::memory_order_release); }
 
 constexpr int kShared = 4;
 constexpr uint64_t kScratch = 4096;
@@ -152,6 +174,9 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
   GEN_OK(c->memset_async(hf_dev, 0, uint64_t(max_hf) * 4, kLegacyStream));
   GEN_OK(c->device_synchronize());
   std::atomic<int> next_hf{0}, hf_early{0};
+  std::vector<HfCopy> hf_copy(size_t(std::max(max_hf, 1)), HfCopy::SameStream);
+  std::atomic<int> hf_unfinished{0};
+  std::string hf_unfinished_first;  // under log_mu
 
   std::mutex log_mu;
   std::vector<Logged> log;
@@ -228,9 +253,130 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
     // `last` (C1 or C3), so must it. Then a copy of `last`'s stamp, queued on g
     // just before it, must show that stamp done. Returns whether it follows.
     auto snapshot_last = [&](const GenStream& g, int idx) {
-      const bool follows = follows_stamp(last, g);
-      if (follows) GEN_OK(c->memcpy_d2h_async(&hf_snap[idx], last_addr(), sizeof(sim::Stamp), g.s));
-      return follows;
+      const bool after = follows_stamp(last, g);
+      if (after) GEN_OK(c->memcpy_d2h_async(&hf_snap[idx], last_addr(), sizeof(sim::Stamp), g.s));
+      return after;
+    };
+    // This thread's latest host function and its stream: work issued now on a
+    // stream that follows that stream (C1, C3) runs after the function returned.
+    int last_hf = -1;
+    GenStream last_hf_on;
+    auto follows_hf = [&](const GenStream& g) {
+      return last_hf >= 0 && follows(last_hf_on.sid, last_hf_on.legacy, last_hf_on.blocking, last_hf_on.device, g)
+                 ? last_hf
+                 : -1;
+    };
+    // Streams on the other side of the legacy/blocking boundary from g, on its device.
+    auto across_legacy = [&](const GenStream& g) {
+      std::vector<const GenStream*> out;
+      auto consider = [&](const GenStream& h) {
+        if (h.sid != g.sid && follows(g.sid, g.legacy, g.blocking, g.device, h)) out.push_back(&h);
+      };
+      for (const auto& h : shared) consider(h);
+      for (const auto& h : priv) consider(h);
+      consider(per_thread);
+      return out;
+    };
+    auto record = [&](GenEvent& e, const GenStream& g) {
+      GEN_OK(c->event_record(e.e, g.s));
+      e.recorded = true;
+      e.rec_sid = g.sid;
+      e.rec_end = c->last_position(g.s) + 1;
+    };
+    auto wait_on = [&](const GenStream& g, GenEvent& e, int phase) {
+      GEN_OK(c->stream_wait_event(g.s, e.e));
+      Logged l{Kind::Wait, th, phase, seq++, g.sid, g.legacy, g.blocking, g.device};
+      l.pos = c->last_position(g.s);
+      l.rec_sid = e.rec_sid;
+      l.rec_end = e.rec_end;
+      add(l);
+      if (last.stamp >= 0 && e.rec_sid == last.sid && e.rec_end > last.pos) covered_sid = g.sid;
+    };
+    // A host function on any stream kind, then a copy of the flag it writes on
+    // a stream that must follow it, maybe after a synchronizing call that must
+    // cover it.
+    auto host_function = [&](GenEvent& ev, int phase) {
+      const GenStream& g = pick();
+      const int idx = next_hf++;
+      if (idx >= max_hf) return;
+      const bool after_stamp = snapshot_last(g, idx);
+      const int prev = follows_hf(g);
+      const uint32_t nap = uint32_t(rng() % 300);
+      // By value: the function runs on the client's thread, outside this frame's lifetime guarantees.
+      GEN_OK(c->host_func(g.s, [hf_snap, hf_flag, early = &hf_early, idx, after_stamp, prev, nap] {
+        if (after_stamp && hf_snap[idx].end == 0) ++*early;
+        if (prev >= 0 && load_flag(&hf_flag[prev]) != uint32_t(prev) + 1) ++*early;
+        std::this_thread::sleep_for(std::chrono::microseconds(nap));
+        store_flag(&hf_flag[idx], uint32_t(idx) + 1);
+      }));
+      last_hf = idx;
+      last_hf_on = g;
+      if (rng() % 3 == 0) {  // a synchronizing call that covers the function
+        const char* what = nullptr;
+        Status st = Status::kSuccess;
+        switch (rng() % 5) {
+          case 0:
+            what = "cudaStreamSynchronize of its stream";
+            GEN_OK(st = c->stream_synchronize(g.s));
+            add({Kind::StreamSync, th, phase, seq++, g.sid, g.legacy, g.blocking, g.device});
+            break;
+          case 1:
+            what = "cudaDeviceSynchronize";
+            GEN_OK(st = c->device_synchronize());
+            add({Kind::DeviceSync, th, phase, seq++, 0, false, false, g.device});
+            break;
+          case 2:
+            if (!g.legacy && !g.blocking) break;
+            what = "cudaStreamSynchronize of the legacy stream";
+            GEN_OK(st = c->stream_synchronize(kLegacyStream));
+            add({Kind::StreamSync, th, phase, seq++, shared[g.device].sid, true, true, g.device});
+            break;
+          case 3:
+            if (ev.device != g.device) break;
+            what = "cudaEventSynchronize of an event recorded after it";
+            record(ev, g);
+            GEN_OK(st = c->event_synchronize(ev.e));
+            break;
+          default:
+            what = "cudaStreamQuery of its stream";
+            st = c->stream_query(g.s);
+            if (st != Status::kSuccess && st != Status::kNotReady) p.add("stream_query failed");
+            break;
+        }
+        if (what && st == Status::kSuccess && load_flag(&hf_flag[idx]) != uint32_t(idx) + 1 && hf_unfinished++ == 0) {
+          std::lock_guard lock(log_mu);
+          hf_unfinished_first = std::string(what) + " returned before host function " + std::to_string(idx) +
+                                " on stream " + std::to_string(g.sid) + (g.legacy ? " (legacy)" : g.blocking ? " (blocking)" : " (non-blocking)") +
+                                " returned";
+        }
+      }
+      const GenStream* to = &g;
+      HfCopy how = HfCopy::SameStream;
+      switch (rng() % 4) {
+        case 0:
+          break;
+        case 1:
+          if (const auto other = across_legacy(g); !other.empty()) {
+            to = other[rng() % other.size()];
+            how = HfCopy::AcrossLegacy;
+          }
+          break;
+        case 2:
+          if (g.legacy || g.blocking) how = HfCopy::Synchronous;
+          break;
+        default:
+          if (ev.device == g.device) {
+            record(ev, g);
+            to = &pick();
+            wait_on(*to, ev, phase);
+            how = HfCopy::EventWait;
+          }
+          break;
+      }
+      hf_copy[size_t(idx)] = how;
+      use(cur, how == HfCopy::Synchronous ? g.device : to->device);
+      if (how == HfCopy::Synchronous) GEN_OK(c->memcpy_h2d(hf_dev + uint64_t(idx) * 4, &hf_flag[idx], 4));
+      else GEN_OK(c->memcpy_h2d_async(hf_dev + uint64_t(idx) * 4, &hf_flag[idx], 4, to->s));
     };
     for (int ph = 0; ph < prog.phases; ++ph) {
       for (int k = 0; k < prog.ops_per_phase; ++k) {
@@ -238,8 +384,10 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
         GenEvent& ev = evs[rng() % 2];
         GenStream& mine = npriv ? priv[rng() % unsigned(npriv)] : shared[1 + rng() % kShared];
         const bool has_mine = npriv > 0;
-        if (roll < 38) {
+        if (roll < 35) {
           stamp_on(pick(), ph);
+        } else if (roll < 38) {
+          host_function(ev, ph);
         } else if (roll < 42) {  // the host waits for an event: synchronize, a successful query, elapsed time
           if (!ev.recorded) continue;
           const unsigned which = unsigned(rng() % 3);
@@ -274,21 +422,10 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
               continue;
             }
           }
-          const GenStream& g = pick_on(ev.device);
-          GEN_OK(c->event_record(ev.e, g.s));
-          ev.recorded = true;
-          ev.rec_sid = g.sid;
-          ev.rec_end = c->last_position(g.s) + 1;
+          record(ev, pick_on(ev.device));
         } else if (roll < 61) {  // a wait, by a stream of any device
           if (!ev.recorded) continue;
-          const GenStream& g = pick();
-          GEN_OK(c->stream_wait_event(g.s, ev.e));
-          Logged l{Kind::Wait, th, ph, seq++, g.sid, g.legacy, g.blocking, g.device};
-          l.pos = c->last_position(g.s);
-          l.rec_sid = ev.rec_sid;
-          l.rec_end = ev.rec_end;
-          add(l);
-          if (last.stamp >= 0 && ev.rec_sid == last.sid && ev.rec_end > last.pos) covered_sid = g.sid;
+          wait_on(pick(), ev, ph);
         } else if (roll < 66) {  // destroy with waits pending, then a new event
           GEN_OK(c->event_destroy(ev.e));
           make_event(&ev);
@@ -344,27 +481,18 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
           const uint64_t a = scratch[g.device] + uint64_t(th) * 2 * kScratch;
           if (rng() % 2) GEN_OK(c->memset_async(a, uint8_t(rng()), kScratch, g.s));
           else GEN_OK(c->memcpy_d2d_async(a + kScratch, a, kScratch, g.s));
-        } else if (roll < 97) {  // a host function on any stream kind
-          const GenStream& g = pick();
-          const int idx = next_hf++;
-          if (idx >= max_hf) continue;
-          const bool follows = snapshot_last(g, idx);
-          const uint32_t nap = uint32_t(rng() % 300);
-          // By value: the function runs on the client's thread, outside this frame's lifetime guarantees.
-          GEN_OK(c->host_func(g.s, [hf_snap, hf_flag, early = &hf_early, idx, follows, nap] {
-            if (follows && hf_snap[idx].end == 0) ++*early;
-            std::this_thread::sleep_for(std::chrono::microseconds(nap));
-            hf_flag[idx] = uint32_t(idx) + 1;
-          }));
-          GEN_OK(c->memcpy_h2d_async(hf_dev + uint64_t(idx) * 4, &hf_flag[idx], 4, g.s));
+        } else if (roll < 97) {
+          host_function(ev, ph);
         } else if (roll < 99) {  // host-to-host cudaMemcpyAsync: synchronous, after what g's next work follows
           const GenStream& g = pick();
           const int idx = next_hf++;
           if (idx >= max_hf) continue;
-          const bool follows = snapshot_last(g, idx);
+          const bool after_stamp = snapshot_last(g, idx);
+          const int prev = follows_hf(g);
           GEN_OK(c->stream_order_wait(g.s));
-          if (follows && hf_snap[idx].end == 0) ++hf_early;
-          hf_flag[idx] = uint32_t(idx) + 1;
+          if (after_stamp && hf_snap[idx].end == 0) ++hf_early;
+          if (prev >= 0 && load_flag(&hf_flag[prev]) != uint32_t(prev) + 1) ++hf_early;
+          store_flag(&hf_flag[idx], uint32_t(idx) + 1);
           GEN_OK(c->memcpy_h2d_async(hf_dev + uint64_t(idx) * 4, &hf_flag[idx], 4, g.s));
         } else {
           stamp_on(pick(), ph);
@@ -460,7 +588,11 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
   if (hfs) GEN_OK(c->memcpy_d2h(flags.data(), hf_dev, uint64_t(hfs) * 4));
   for (int i = 0; i < hfs; ++i)
     if (flags[size_t(i)] != uint32_t(i) + 1 && res.violations++ == 0)
-      res.first = "C6 host function " + std::to_string(i) + ": the stream's next copy ran before it returned";
+      res.first = "C6 host function " + std::to_string(i) + ": the copy of its flag (" +
+                  hf_copy_name(hf_copy[size_t(i)]) + ") ran before it returned";
+  if (hf_unfinished.load() && res.violations++ == 0)
+    res.first = "C6 host function: " + std::to_string(hf_unfinished.load()) + " synchronizing calls returned early; first: " +
+                hf_unfinished_first;
   if (hf_early.load() && res.violations++ == 0)
     res.first = "C6 host function: " + std::to_string(hf_early.load()) + " ran before the stream's earlier work (host functions or host-to-host copies)";
   res.host_functions = size_t(hfs);

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -769,6 +770,166 @@ TEST(Regress, SynchronizingASharedRingStreamWaitsForItAlone) {
     EXPECT_GT(st[1].end, 0u) << "the synchronized stream's kernel had not run";
     EXPECT_LT(st[2].start, st[0].end) << "synchronizing a stream waited for its ring-mate's kernel";
     for (auto& x : s) EXPECT_EQ(c->stream_destroy(x), Status::kSuccess);
+  });
+}
+
+// Issue 28: a host function's stream work ends when the function returned, not
+// when the stream reached it. Work issued after it on the other side of the
+// legacy/blocking boundary (either way, cudaStreamPerThread included), a
+// synchronous copy, a legacy-stream or device synchronize, and the
+// synchronize of a stream that shares its ring, all wait for the function.
+// Each function sleeps, then writes the pinned bytes that what follows reads.
+TEST(Regress, HostFunctionsHoldTheLegacyStreamBothWays) {
+  WorkerProcess w;
+  with_deadline(w, 60s, [&] {
+    auto c = w.attach(quick_timeout());
+    uint64_t dev = 0;
+    ASSERT_EQ(c->malloc(&dev, kBytes), Status::kSuccess);
+    void* pinned_p = nullptr;
+    ASSERT_EQ(c->malloc_host(&pinned_p, kBytes), Status::kSuccess);
+    auto* pinned = static_cast<uint8_t*>(pinned_p);
+    Stream blocking, nonblocking;
+    ASSERT_EQ(c->stream_create(&blocking), Status::kSuccess);
+    ASSERT_EQ(c->stream_create(&nonblocking, kStreamNonBlocking), Status::kSuccess);
+    // A stream that shares a ring: fill every ring, then one more.
+    std::vector<Stream> fill(c->layout().ring_count);
+    for (auto& x : fill) ASSERT_EQ(c->stream_create(&x), Status::kSuccess);
+    const Stream shared = fill.back();
+    const Stream per_thread = c->per_thread_stream();
+    enum Then { kCopyOn, kMemcpy, kLegacySync, kDeviceSync, kStreamSync };
+    const struct {
+      const char* name;
+      Stream fn;
+      Then then;
+      Stream on;
+    } cases[] = {
+        {"blocking -> legacy copy", blocking, kCopyOn, kLegacyStream},
+        {"per-thread -> legacy copy", per_thread, kCopyOn, kLegacyStream},
+        {"legacy -> blocking copy", kLegacyStream, kCopyOn, blocking},
+        {"legacy -> per-thread copy", kLegacyStream, kCopyOn, per_thread},
+        {"blocking -> cudaMemcpy", blocking, kMemcpy, {}},
+        {"legacy -> cudaMemcpy", kLegacyStream, kMemcpy, {}},
+        {"blocking -> legacy synchronize", blocking, kLegacySync, {}},
+        {"per-thread -> legacy synchronize", per_thread, kLegacySync, {}},
+        {"non-blocking -> device synchronize", nonblocking, kDeviceSync, {}},
+        {"shared ring -> its synchronize", shared, kStreamSync, {}},
+    };
+    for (int i = 0; i < 4; ++i)
+      for (const auto& k : cases) {
+        SCOPED_TRACE(k.name);
+        const uint8_t v = uint8_t(0x40 + i);
+        std::memset(pinned, 0, kBytes);
+        ASSERT_EQ(c->memset_async(dev, 0, kBytes, kLegacyStream), Status::kSuccess);
+        ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+        ASSERT_EQ(c->host_func(k.fn, [pinned, v] {
+          std::this_thread::sleep_for(5ms);
+          std::memset(pinned, v, kBytes);
+        }), Status::kSuccess);
+        std::vector<uint8_t> got(kBytes);
+        switch (k.then) {
+          case kCopyOn:
+            ASSERT_EQ(c->memcpy_h2d_async(dev, pinned, kBytes, k.on), Status::kSuccess);  // pinned: read when it runs
+            ASSERT_EQ(c->stream_synchronize(k.on), Status::kSuccess);
+            ASSERT_EQ(c->memcpy_d2h(got.data(), dev, kBytes), Status::kSuccess);
+            break;
+          case kMemcpy:
+            ASSERT_EQ(c->memcpy_h2d(dev, pinned, kBytes), Status::kSuccess);
+            ASSERT_EQ(c->memcpy_d2h(got.data(), dev, kBytes), Status::kSuccess);
+            break;
+          default:
+            ASSERT_EQ(k.then == kLegacySync  ? c->stream_synchronize(kLegacyStream)
+                      : k.then == kDeviceSync ? c->device_synchronize()
+                                              : c->stream_synchronize(k.fn),
+                      Status::kSuccess);
+            std::memcpy(got.data(), pinned, kBytes);
+            break;
+        }
+        EXPECT_EQ(std::count(got.begin(), got.end(), v), ptrdiff_t(kBytes))
+            << "what followed the host function did not wait for it to return";
+        ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+      }
+    for (auto& x : fill) EXPECT_EQ(c->stream_destroy(x), Status::kSuccess);
+    EXPECT_EQ(c->stream_destroy(blocking), Status::kSuccess);
+    EXPECT_EQ(c->stream_destroy(nonblocking), Status::kSuccess);
+    EXPECT_EQ(c->get_last_error(), Status::kSuccess);
+  });
+}
+
+// A host function that has not returned holds what CUDA holds (its stream, and
+// the legacy stream's later work when it is on a blocking stream) and nothing
+// more: a non-blocking stream and another blocking stream go on, and so does
+// a blocking stream of another device after that device's legacy work.
+TEST(Regress, AnUnfinishedHostFunctionHoldsOnlyWhatCudaHolds) {
+  WorkerProcess w({"--sim-devices", "2"});
+  with_deadline(w, 60s, [&] {
+    auto c = w.attach(quick_timeout());
+    ASSERT_EQ(c->device_count(), 2u);
+    uint64_t dev = 0;
+    ASSERT_EQ(c->malloc(&dev, kBytes), Status::kSuccess);
+    Stream blocking, other, nonblocking;
+    ASSERT_EQ(c->stream_create(&blocking), Status::kSuccess);
+    ASSERT_EQ(c->stream_create(&other), Status::kSuccess);
+    ASSERT_EQ(c->stream_create(&nonblocking, kStreamNonBlocking), Status::kSuccess);
+    Event after_legacy;
+    ASSERT_EQ(c->event_create(&after_legacy), Status::kSuccess);
+    std::atomic<bool> release{false}, returned{false};
+    ASSERT_EQ(c->host_func(blocking, [&] {
+      const auto until = std::chrono::steady_clock::now() + 20s;
+      while (!release.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+      returned = true;
+    }), Status::kSuccess);
+    // Not held: another blocking stream (before any legacy work), a non-blocking one.
+    ASSERT_EQ(c->memset_async(dev, 1, kBytes, other), Status::kSuccess);
+    EXPECT_EQ(c->stream_synchronize(other), Status::kSuccess);
+    ASSERT_EQ(c->memset_async(dev, 2, kBytes, nonblocking), Status::kSuccess);
+    EXPECT_EQ(c->stream_synchronize(nonblocking), Status::kSuccess);
+    // Another device's legacy stream and a blocking stream after it.
+    ASSERT_EQ(c->set_device(1), Status::kSuccess);
+    uint64_t dev1 = 0;
+    ASSERT_EQ(c->malloc(&dev1, kBytes), Status::kSuccess);
+    Stream blocking1;
+    ASSERT_EQ(c->stream_create(&blocking1), Status::kSuccess);
+    ASSERT_EQ(c->memset_async(dev1, 3, kBytes, kLegacyStream), Status::kSuccess);
+    ASSERT_EQ(c->memset_async(dev1, 4, kBytes, blocking1), Status::kSuccess);
+    EXPECT_EQ(c->stream_synchronize(blocking1), Status::kSuccess);
+    EXPECT_EQ(c->stream_synchronize(kLegacyStream), Status::kSuccess);
+    ASSERT_EQ(c->set_device(0), Status::kSuccess);
+    // Held, as in CUDA: device 0's legacy stream after the function.
+    ASSERT_EQ(c->memset_async(dev, 5, kBytes, kLegacyStream), Status::kSuccess);
+    ASSERT_EQ(c->event_record(after_legacy, kLegacyStream), Status::kSuccess);
+    std::this_thread::sleep_for(50ms);
+    // These never wait for stream work in CUDA; they must not wait for the function either.
+    EXPECT_EQ(c->event_query(after_legacy), Status::kNotReady)
+        << "legacy-stream work after an unfinished host function on a blocking stream completed";
+    Event early;
+    ASSERT_EQ(c->event_create(&early), Status::kSuccess);
+    ASSERT_EQ(c->event_record(early, nonblocking), Status::kSuccess);
+    ASSERT_EQ(c->event_synchronize(early), Status::kSuccess);
+    float ms = 0;
+    EXPECT_EQ(c->event_elapsed(&ms, early, after_legacy), Status::kNotReady);
+    // Destroyed with its record held, and with waits on more rings than a request has edges.
+    Event held;
+    ASSERT_EQ(c->event_create(&held), Status::kSuccess);
+    ASSERT_EQ(c->event_record(held, blocking), Status::kSuccess);
+    std::vector<Stream> waiters(kMaxEdges + 3);
+    for (auto& x : waiters) {
+      ASSERT_EQ(c->stream_create(&x, kStreamNonBlocking), Status::kSuccess);
+      ASSERT_EQ(c->stream_wait_event(x, held), Status::kSuccess);
+    }
+    EXPECT_EQ(c->event_destroy(held), Status::kSuccess);
+    EXPECT_EQ(c->event_query(held), Status::kInvalidResourceHandle);
+    EXPECT_EQ(c->get_last_error(), Status::kInvalidResourceHandle);  // that query's, as cudaGetLastError
+    EXPECT_FALSE(returned.load()) << "the host function returned before it was released";
+    release = true;
+    EXPECT_EQ(c->event_synchronize(after_legacy), Status::kSuccess);
+    EXPECT_TRUE(returned.load()) << "the legacy stream's later work did not wait for the host function";
+    EXPECT_EQ(c->device_synchronize(), Status::kSuccess);
+    for (Stream s : {blocking, other, nonblocking}) EXPECT_EQ(c->stream_destroy(s), Status::kSuccess);
+    EXPECT_EQ(c->stream_destroy(blocking1), Status::kSuccess);
+    EXPECT_EQ(c->event_destroy(after_legacy), Status::kSuccess);
+    EXPECT_EQ(c->event_destroy(early), Status::kSuccess);
+    for (Stream x : waiters) EXPECT_EQ(c->stream_destroy(x), Status::kSuccess);
+    EXPECT_EQ(c->get_last_error(), Status::kSuccess);
   });
 }
 

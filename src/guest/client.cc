@@ -1075,6 +1075,16 @@ Status Client::event_create(Event* out, uint32_t flags) {
   return finish_own(t, Status::kSuccess);
 }
 
+namespace {
+Entry event_request(Op op, uint64_t a, uint64_t b = 0) {
+  Entry e{};
+  e.op = uint16_t(op);
+  e.arg[0] = a;
+  e.arg[1] = b;
+  return e;
+}
+}  // namespace
+
 Status Client::event_destroy(Event e) {
   ThreadState& t = thread();
   EventState* ev = event_of(e);
@@ -1089,12 +1099,15 @@ Status Client::event_destroy(Event e) {
     std::lock_guard lock(ev->mu);
     if (opt_.ordered) uses_of_event(*ev, kNoRing, &edges);
   }
-  // A sync request carries kMaxEdges; for the rest, wait here until the worker
-  // dispatched them (that needs nothing more from the guest, so it ends).
+  // A sync request carries kMaxEdges; the rest go first, in parts (arg1 = 1)
+  // that only add edges to this destroy. The worker answers each at once and
+  // defers the destroy until all of them are met, so that nothing here waits
+  // for stream work (a record held behind a host function, say), as
+  // cudaEventDestroy does not.
   while (edges.size() > kMaxEdges) {
-    const Edge x = edges.back();
-    edges.pop_back();
-    if (Status st = wait_worker(region_->ring(x.ring).head, x.pos); !ok(st)) return finish(t, st);
+    Entry part = event_request(Op::EventDestroy, e.handle, 1);
+    for (; part.edge_count < kMaxEdges; edges.pop_back()) part.edges[part.edge_count++] = edges.back();
+    if (Status st = call(part); !ok(st)) return finish(t, st);
   }
   for (const Edge& x : edges) req.edges[req.edge_count++] = x;
   Status s = call(req);
@@ -1125,16 +1138,6 @@ Status Client::stream_wait_event(Stream s, Event e) {
   en.arg[0] = e.handle;
   return stream_op(s, en, ev);
 }
-
-namespace {
-Entry event_request(Op op, uint64_t a, uint64_t b = 0) {
-  Entry e{};
-  e.op = uint16_t(op);
-  e.arg[0] = a;
-  e.arg[1] = b;
-  return e;
-}
-}  // namespace
 
 Status Client::event_synchronize(Event e) {
   ThreadState& t = thread();
@@ -1779,7 +1782,9 @@ void Client::run_host_funcs() {
     }
     h.ran.fetch_add(1, std::memory_order_release);
     h.words[p.slot].done.store(p.ticket, std::memory_order_release);
-    _mm_sfence();  // out of the write-combining buffer of a BAR mapping now, not eventually
+    // Rung like a publish: a sleeping worker would otherwise hold the stream's
+    // next work, and the legacy stream's, for up to its max_sleep.
+    notify_worker();
     lock.lock();
     h.free.push_back(p.slot);
     h.slot_cv.notify_one();

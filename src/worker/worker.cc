@@ -168,10 +168,21 @@ Status Worker::check_edges(const Entry& e, uint32_t own_ring, std::string* why) 
   return Status::kSuccess;
 }
 
-bool Worker::edges_ready(const Entry& e) const {
+uint64_t Worker::passed(uint32_t r) const {
+  const RingState& rs = rings_[r];
+  // A HostFunc is stream work that ends when the guest's function returned,
+  // not when the backend's stream reached it: until then an edge past it is
+  // not met (legacy-stream work after a blocking stream's function, or the
+  // reverse, and a shared ring's StreamSynchronize). Its own ring holds the
+  // entries after it anyway (poll_ring).
+  if (rs.hold && rs.hold->done.load(std::memory_order_acquire) < rs.hold_ticket) return rs.head - 1;
+  return rs.head;
+}
+
+bool Worker::edges_ready(const Edge* edges, unsigned count) const {
   if (!opt_.ordered) return true;
-  for (unsigned i = 0; i < e.edge_count; ++i)
-    if (rings_[e.edges[i].ring].head < e.edges[i].pos) return false;
+  for (unsigned i = 0; i < count; ++i)
+    if (passed(edges[i].ring) < edges[i].pos) return false;
   return true;
 }
 
@@ -184,7 +195,7 @@ bool Worker::waits_for_itself(uint32_t start) const {
     if (!rs.staged) continue;
     for (unsigned i = 0; i < rs.entry.edge_count; ++i) {
       const Edge& e = rs.entry.edges[i];
-      if (rings_[e.ring].head >= e.pos) continue;
+      if (passed(e.ring) >= e.pos) continue;
       if (e.ring == start) return true;
       if (!seen[e.ring]) {
         seen[e.ring] = true;
@@ -437,6 +448,35 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
   }
 }
 
+Status Worker::destroy_event(uint32_t idx) {
+  EventState& ev = events_[idx];
+  ev.live = false;
+  ev.destroying = false;
+  ++ev.generation;
+  free_events_.push_back(idx);
+  return backend_.event_destroy(idx);
+}
+
+bool Worker::has_destroy_parts(uint32_t idx) const {
+  return std::any_of(destroys_.begin(), destroys_.end(), [&](const DeferredDestroy& d) { return d.idx == idx && !d.last; });
+}
+
+bool Worker::finish_destroys() {
+  const size_t before = destroys_.size();
+  std::erase_if(destroys_, [&](const DeferredDestroy& d) { return !d.last && edges_ready(d.edges, d.edge_count); });
+  for (size_t i = 0; i < destroys_.size();) {
+    const DeferredDestroy& d = destroys_[i];
+    if (d.last && edges_ready(d.edges, d.edge_count) && !has_destroy_parts(d.idx)) {
+      // The guest was told success already; a backend error here has nobody to go to.
+      if (const Status st = destroy_event(d.idx); !ok(st)) bump(counters_.errors);
+      destroys_.erase(destroys_.begin() + ptrdiff_t(i));
+    } else {
+      ++i;
+    }
+  }
+  return destroys_.size() != before;
+}
+
 void Worker::reply(uint32_t s, uint64_t seq, Status st, uint64_t r0, uint64_t r1, uint64_t epoch) {
   ReplySlot& slot = region_.slot(s);
   auto write = [&] {
@@ -503,6 +543,17 @@ bool Worker::try_slot(uint32_t s) {
     if (tracer_) ss.staged_ns = Tracer::stamp();
   }
   if (!edges_ready(ss.entry)) {
+    // cudaEventQuery, cudaEventElapsedTime and cudaEventDestroy never wait for
+    // stream work, so not for a record that is not dispatched yet (behind a
+    // host function, say): such a record is not complete, and a destroy is
+    // deferred until what it follows was dispatched, as CUDA defers it.
+    const Op op = static_cast<Op>(ss.entry.op);
+    if (op == Op::EventQuery || op == Op::EventElapsed ||
+        (op == Op::EventDestroy && destroys_.size() < kMaxDeferredDestroys)) {
+      ss.staged = false;
+      serve_slot(s, ss.entry, ss.seq, /*edges_met=*/false);
+      return true;
+    }
     if (!ss.waited) {
       ss.waited = true;
       bump(counters_.edge_waits);
@@ -530,7 +581,7 @@ std::function<void()> Worker::deferred_reply(uint32_t s, uint64_t seq) {
   };
 }
 
-void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
+void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq, bool edges_met) {
   const Op op = static_cast<Op>(e.op);
   bump(counters_.ops[e.op]);
   if (const int32_t f = sticky_.load(std::memory_order_relaxed); f && op != Op::Null && op != Op::DeviceInfo)
@@ -648,15 +699,21 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
     case Op::EventDestroy: {
       uint32_t idx;
       if (Status st = event_index(e.arg[0], &idx); !ok(st)) return reply(s, seq, st);
-      events_[idx].live = false;
-      ++events_[idx].generation;
-      free_events_.push_back(idx);
-      return reply(s, seq, backend_.event_destroy(idx));
+      if (events_[idx].destroying) return reply(s, seq, Status::kInvalidResourceHandle);
+      const bool last = e.arg[1] == 0;  // else a part: edges of a destroy that has more than one request holds
+      if (!edges_met || (last && has_destroy_parts(idx))) {
+        DeferredDestroy d{idx, last, e.edge_count, {}};
+        std::copy_n(e.edges, e.edge_count, d.edges);
+        destroys_.push_back(d);
+        events_[idx].destroying = last;
+        return reply(s, seq, Status::kSuccess);
+      }
+      return reply(s, seq, last ? destroy_event(idx) : Status::kSuccess);
     }
     case Op::EventQuery: {
       uint32_t idx;
       if (Status st = event_index(e.arg[0], &idx); !ok(st)) return reply(s, seq, st);
-      return reply(s, seq, backend_.event_query(idx));
+      return reply(s, seq, edges_met ? backend_.event_query(idx) : Status::kNotReady);
     }
     case Op::EventSynchronize: {
       uint32_t idx;
@@ -676,6 +733,7 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq) {
       if (Status st = event_index(e.arg[0], &a); !ok(st)) return reply(s, seq, st);
       if (Status st = event_index(e.arg[1], &b); !ok(st)) return reply(s, seq, st);
       if (events_[a].device != events_[b].device) return reply(s, seq, Status::kInvalidResourceHandle);
+      if (!edges_met) return reply(s, seq, Status::kNotReady);
       float ms = 0;
       Status st = backend_.event_elapsed(a, b, &ms);
       uint32_t bits;
@@ -862,6 +920,7 @@ void Worker::reset_session() {
   counters_.allocations.store(0, std::memory_order_relaxed);
   events_.clear();
   free_events_.clear();
+  destroys_.clear();
   for (uint32_t r = 0; r < layout_.ring_count; ++r) {
     {
       std::lock_guard lock(rings_[r].fences->mu);
@@ -941,6 +1000,7 @@ bool Worker::poll_once() {
       if (rings_[r].staged || published(r, rings_[r].head, &word)) progressed |= poll_ring(r);
     }
   }
+  if (!destroys_.empty()) progressed |= finish_destroys();
   // Slots whose edges just became ready by the ring pass.
   return poll_slots() || progressed;
 }

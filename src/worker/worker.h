@@ -120,8 +120,20 @@ class Worker {
   struct EventState {
     uint32_t generation = 1;
     bool live = false;
+    bool destroying = false;  // the guest destroyed it; deferred until what the destroy follows was dispatched
     uint8_t device = 0;
   };
+  // An EventDestroy whose edges were not met (a record or wait behind a host
+  // function): answered at once, carried out by finish_destroys(). A part
+  // (`last` false) only carries edges of a destroy that needs more than one request.
+  struct DeferredDestroy {
+    uint32_t idx;
+    bool last;
+    uint8_t edge_count;
+    Edge edges[kMaxEdges];
+  };
+  // Beyond this many, a destroy waits for its edges in its slot, as any request does.
+  static constexpr size_t kMaxDeferredDestroys = 4096;
 
   bool poll_ring(uint32_t r);
   void beat(std::stop_token stop);  // the heartbeat thread
@@ -133,11 +145,18 @@ class Worker {
   void watch(uint32_t s);
   void age_watched();
   Status check_edges(const Entry& e, uint32_t own_ring, std::string* why);
-  bool edges_ready(const Entry& e) const;
+  // Entries of ring r that edges may count as done: its head, less a HostFunc whose function has not returned.
+  uint64_t passed(uint32_t r) const;
+  bool edges_ready(const Edge* edges, unsigned count) const;
+  bool edges_ready(const Entry& e) const { return edges_ready(e.edges, e.edge_count); }
+  Status destroy_event(uint32_t idx);
+  bool has_destroy_parts(uint32_t idx) const;
+  bool finish_destroys();  // the deferred destroys whose edges are met; true if any ended
   bool waits_for_itself(uint32_t ring) const;  // ring's staged entry closes a cycle of waits
   bool chaos_hold(bool& armed, uint64_t& until);
   Status dispatch(uint32_t ring, const Entry& e, uint64_t pos);
-  void serve_slot(uint32_t s, const Entry& e, uint64_t seq);
+  // edges_met false: an event request answered before its edges were met (try_slot).
+  void serve_slot(uint32_t s, const Entry& e, uint64_t seq, bool edges_met = true);
   // The success reply to slot s for a request a backend callback completes (EventSynchronize, StreamSynchronize).
   std::function<void()> deferred_reply(uint32_t s, uint64_t seq);
   Status resolve(MemKind kind, uint32_t ring, uint64_t addr, uint64_t size, MemOperand* out);
@@ -168,6 +187,7 @@ class Worker {
   std::array<uint32_t, kMaxDevices> peers_{};  // per device: bit p = peer access to device p enabled by this guest
   std::vector<EventState> events_;
   std::vector<uint32_t> free_events_;
+  std::vector<DeferredDestroy> destroys_;
   std::map<uint64_t, uint64_t> allocations_;  // device address -> size, this guest's only
   // Device variables of this guest's modules: address -> (size, module). Copies
   // may target them; Free may not.

@@ -6,8 +6,13 @@
 // `out` into pinned memory, on one stream; the host-side work on the other
 // stream then reads the pinned memory. It must see the copied data. Then a host
 // function on each stream kind waits for what its caller does after
-// cudaLaunchHostFunc returned. Prints the number of violations; exits 1 if
-// there was any.
+// cudaLaunchHostFunc returned. Then the other direction (issue 28): a host
+// function that writes pinned memory, and later work on another stream kind
+// (legacy after a blocking stream's function or cudaStreamPerThread's, a
+// blocking stream or cudaStreamPerThread after the legacy stream's), or a
+// synchronizing call that covers the function, must see what it wrote. Built
+// also with --default-stream per-thread. Prints the number of violations;
+// exits 1 if there was any.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -32,6 +37,15 @@ void CUDART_CB host_fn(void* p) {
   s->first = s->pinned[0];
 }
 void CUDART_CB callback(cudaStream_t, cudaError_t, void* p) { host_fn(p); }
+
+// Writes 7 into the pinned buffer, late: work that does not wait for it reads zeros.
+constexpr int kP = 1024;
+void CUDART_CB late_writer(void* p) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto* pinned = static_cast<int*>(p);
+  for (int i = 0; i < kP; ++i) pinned[i] = 7;
+}
+void CUDART_CB late_callback(cudaStream_t, cudaError_t, void* p) { late_writer(p); }
 
 // Waits for the caller's next step (issue 10, class 8): cudaLaunchHostFunc
 // must have returned before the function runs.
@@ -98,6 +112,61 @@ int main(int argc, char** argv) {
                                                                       : "had not run after cudaStreamSynchronize");
     }
   }
-  std::printf("host-side stream work: %d violations in %d cases\n", violations, iterations * 6 + 3);
+  // Work after a host function on another stream kind, and synchronizing calls that cover it.
+  int* dev;
+  int* back;
+  CHECK(cudaMalloc(&dev, kP * sizeof(int)));
+  CHECK(cudaMallocHost(&back, kP * sizeof(int)));
+  struct Case {
+    const char* fn_on;
+    cudaStream_t fn_stream;
+    const char* then;
+    cudaStream_t copy_stream;  // the copy's stream; nullptr: a synchronizing call, then a check on the host
+    int sync;                  // 0 copy, 1 cudaStreamSynchronize(legacy), 2 cudaDeviceSynchronize, 3 cudaMemcpy
+  };
+  const Case cases[] = {
+      {"a blocking stream", blocking, "a copy on the legacy stream", cudaStreamLegacy, 0},
+      {"cudaStreamPerThread", cudaStreamPerThread, "a copy on the legacy stream", cudaStreamLegacy, 0},
+      {"the legacy stream", cudaStreamLegacy, "a copy on a blocking stream", blocking, 0},
+      {"the legacy stream", cudaStreamLegacy, "a copy on cudaStreamPerThread", cudaStreamPerThread, 0},
+      {"a blocking stream", blocking, "cudaStreamSynchronize(cudaStreamLegacy)", nullptr, 1},
+      {"cudaStreamPerThread", cudaStreamPerThread, "cudaStreamSynchronize(cudaStreamLegacy)", nullptr, 1},
+      {"a blocking stream", blocking, "cudaDeviceSynchronize", nullptr, 2},
+      {"a blocking stream", blocking, "a synchronous cudaMemcpy", nullptr, 3},
+      {"cudaStreamPerThread", cudaStreamPerThread, "a synchronous cudaMemcpy", nullptr, 3},
+  };
+  int cross = 0;
+  for (int it = 0; it < iterations; ++it)
+    for (const Case& k : cases) {
+      for (int callback_api = 0; callback_api < 2; ++callback_api, ++cross) {
+        std::memset(pinned, 0, kP * sizeof(int));
+        std::memset(back, 0, kP * sizeof(int));
+        CHECK(cudaMemset(dev, 0, kP * sizeof(int)));
+        CHECK(cudaDeviceSynchronize());
+        if (callback_api) CHECK(cudaStreamAddCallback(k.fn_stream, late_callback, pinned, 0));
+        else CHECK(cudaLaunchHostFunc(k.fn_stream, late_writer, pinned));
+        int got = 0;
+        if (k.sync == 0) {
+          CHECK(cudaMemcpyAsync(dev, pinned, kP * sizeof(int), cudaMemcpyHostToDevice, k.copy_stream));
+          CHECK(cudaMemcpyAsync(back, dev, kP * sizeof(int), cudaMemcpyDeviceToHost, k.copy_stream));
+          CHECK(cudaStreamSynchronize(k.copy_stream));
+          got = back[kP - 1];
+        } else if (k.sync == 3) {
+          CHECK(cudaMemcpy(dev, pinned, kP * sizeof(int), cudaMemcpyHostToDevice));
+          CHECK(cudaMemcpy(back, dev, kP * sizeof(int), cudaMemcpyDeviceToHost));
+          got = back[kP - 1];
+        } else {
+          CHECK(k.sync == 1 ? cudaStreamSynchronize(cudaStreamLegacy) : cudaDeviceSynchronize());
+          got = pinned[kP - 1];
+        }
+        CHECK(cudaDeviceSynchronize());
+        if (got != 7) {
+          ++violations;
+          std::printf("violation: %s after %s on %s did not wait for it (saw %d, want 7)\n", k.then,
+                      callback_api ? "cudaStreamAddCallback" : "cudaLaunchHostFunc", k.fn_on, got);
+        }
+      }
+    }
+  std::printf("host-side stream work: %d violations in %d cases\n", violations, iterations * 6 + 3 + cross);
   return violations ? 1 : 0;
 }
