@@ -92,12 +92,13 @@ bool follows_stamp(const Logged& last, const GenStream& g) {
 }
 
 // How the flag of a host function was copied to the device after it (C6).
-enum class HfCopy : uint8_t { SameStream, AcrossLegacy, Synchronous, EventWait };
+enum class HfCopy : uint8_t { SameStream, AcrossLegacy, Synchronous, SynchronousPageable, EventWait };
 const char* hf_copy_name(HfCopy h) {
   switch (h) {
     case HfCopy::SameStream: return "queued on its stream";
     case HfCopy::AcrossLegacy: return "queued across the legacy/blocking boundary";
     case HfCopy::Synchronous: return "a synchronous cudaMemcpy";
+    case HfCopy::SynchronousPageable: return "a synchronous cudaMemcpy from pageable memory";
     case HfCopy::EventWait: return "queued on a stream that waited on an event recorded after it";
   }
   return "?";
@@ -175,6 +176,9 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
   GEN_OK(c->device_synchronize());
   std::atomic<int> next_hf{0}, hf_early{0};
   std::vector<HfCopy> hf_copy(size_t(std::max(max_hf, 1)), HfCopy::SameStream);
+  // The flags again, in pageable memory: a synchronous copy from pageable
+  // memory reads its source when the call is made, not when the stream runs.
+  std::vector<uint32_t> hf_page(size_t(std::max(max_hf, 1)), 0);
   std::atomic<int> hf_unfinished{0};
   std::string hf_unfinished_first;  // under log_mu
 
@@ -303,10 +307,11 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
       const int prev = follows_hf(g);
       const uint32_t nap = uint32_t(rng() % 300);
       // By value: the function runs on the client's thread, outside this frame's lifetime guarantees.
-      GEN_OK(c->host_func(g.s, [hf_snap, hf_flag, early = &hf_early, idx, after_stamp, prev, nap] {
+      GEN_OK(c->host_func(g.s, [hf_snap, hf_flag, page = hf_page.data(), early = &hf_early, idx, after_stamp, prev, nap] {
         if (after_stamp && hf_snap[idx].end == 0) ++*early;
         if (prev >= 0 && load_flag(&hf_flag[prev]) != uint32_t(prev) + 1) ++*early;
         std::this_thread::sleep_for(std::chrono::microseconds(nap));
+        store_flag(&page[idx], uint32_t(idx) + 1);
         store_flag(&hf_flag[idx], uint32_t(idx) + 1);
       }));
       last_hf = idx;
@@ -362,7 +367,7 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
           }
           break;
         case 2:
-          if (g.legacy || g.blocking) how = HfCopy::Synchronous;
+          if (g.legacy || g.blocking) how = rng() % 2 ? HfCopy::Synchronous : HfCopy::SynchronousPageable;
           break;
         default:
           if (ev.device == g.device) {
@@ -374,8 +379,10 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
           break;
       }
       hf_copy[size_t(idx)] = how;
-      use(cur, how == HfCopy::Synchronous ? g.device : to->device);
-      if (how == HfCopy::Synchronous) GEN_OK(c->memcpy_h2d(hf_dev + uint64_t(idx) * 4, &hf_flag[idx], 4));
+      const bool sync = how == HfCopy::Synchronous || how == HfCopy::SynchronousPageable;
+      use(cur, sync ? g.device : to->device);
+      if (how == HfCopy::SynchronousPageable) GEN_OK(c->memcpy_h2d(hf_dev + uint64_t(idx) * 4, &hf_page[size_t(idx)], 4));
+      else if (sync) GEN_OK(c->memcpy_h2d(hf_dev + uint64_t(idx) * 4, &hf_flag[idx], 4));
       else GEN_OK(c->memcpy_h2d_async(hf_dev + uint64_t(idx) * 4, &hf_flag[idx], 4, to->s));
     };
     for (int ph = 0; ph < prog.phases; ++ph) {

@@ -796,7 +796,8 @@ TEST(Regress, HostFunctionsHoldTheLegacyStreamBothWays) {
     for (auto& x : fill) ASSERT_EQ(c->stream_create(&x), Status::kSuccess);
     const Stream shared = fill.back();
     const Stream per_thread = c->per_thread_stream();
-    enum Then { kCopyOn, kMemcpy, kLegacySync, kDeviceSync, kStreamSync };
+    std::vector<uint8_t> pageable(kBytes);
+    enum Then { kCopyOn, kMemcpy, kPageableMemcpy, kLegacySync, kDeviceSync, kStreamSync };
     const struct {
       const char* name;
       Stream fn;
@@ -809,6 +810,8 @@ TEST(Regress, HostFunctionsHoldTheLegacyStreamBothWays) {
         {"legacy -> per-thread copy", kLegacyStream, kCopyOn, per_thread},
         {"blocking -> cudaMemcpy", blocking, kMemcpy, {}},
         {"legacy -> cudaMemcpy", kLegacyStream, kMemcpy, {}},
+        {"blocking -> pageable cudaMemcpy", blocking, kPageableMemcpy, {}},
+        {"legacy -> pageable cudaMemcpy", kLegacyStream, kPageableMemcpy, {}},
         {"blocking -> legacy synchronize", blocking, kLegacySync, {}},
         {"per-thread -> legacy synchronize", per_thread, kLegacySync, {}},
         {"non-blocking -> device synchronize", nonblocking, kDeviceSync, {}},
@@ -819,11 +822,13 @@ TEST(Regress, HostFunctionsHoldTheLegacyStreamBothWays) {
         SCOPED_TRACE(k.name);
         const uint8_t v = uint8_t(0x40 + i);
         std::memset(pinned, 0, kBytes);
+        std::fill(pageable.begin(), pageable.end(), uint8_t(0));
         ASSERT_EQ(c->memset_async(dev, 0, kBytes, kLegacyStream), Status::kSuccess);
         ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
-        ASSERT_EQ(c->host_func(k.fn, [pinned, v] {
+        uint8_t* written = k.then == kPageableMemcpy ? pageable.data() : pinned;
+        ASSERT_EQ(c->host_func(k.fn, [written, v] {
           std::this_thread::sleep_for(5ms);
-          std::memset(pinned, v, kBytes);
+          std::memset(written, v, kBytes);
         }), Status::kSuccess);
         std::vector<uint8_t> got(kBytes);
         switch (k.then) {
@@ -833,7 +838,8 @@ TEST(Regress, HostFunctionsHoldTheLegacyStreamBothWays) {
             ASSERT_EQ(c->memcpy_d2h(got.data(), dev, kBytes), Status::kSuccess);
             break;
           case kMemcpy:
-            ASSERT_EQ(c->memcpy_h2d(dev, pinned, kBytes), Status::kSuccess);
+          case kPageableMemcpy:
+            ASSERT_EQ(c->memcpy_h2d(dev, written, kBytes), Status::kSuccess);
             ASSERT_EQ(c->memcpy_d2h(got.data(), dev, kBytes), Status::kSuccess);
             break;
           default:

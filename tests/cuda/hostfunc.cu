@@ -15,6 +15,7 @@
 // exits 1 if there was any.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -122,7 +123,7 @@ int main(int argc, char** argv) {
     cudaStream_t fn_stream;
     const char* then;
     cudaStream_t copy_stream;  // the copy's stream; nullptr: a synchronizing call, then a check on the host
-    int sync;                  // 0 copy, 1 cudaStreamSynchronize(legacy), 2 cudaDeviceSynchronize, 3 cudaMemcpy
+    int sync;  // 0 copy, 1 cudaStreamSynchronize(legacy), 2 cudaDeviceSynchronize, 3 cudaMemcpy, 4 from pageable
   };
   const Case cases[] = {
       {"a blocking stream", blocking, "a copy on the legacy stream", cudaStreamLegacy, 0},
@@ -136,27 +137,32 @@ int main(int argc, char** argv) {
       // Legacy-stream work; with per-thread default streams cudaMemcpy is the
       // thread's stream's, which does not follow other blocking streams.
       {"a blocking stream", blocking, "a synchronous cudaMemcpy", nullptr, 3},
+      {"a blocking stream", blocking, "a synchronous cudaMemcpy from pageable memory", nullptr, 4},
 #endif
+      {"the legacy stream", cudaStreamLegacy, "a synchronous cudaMemcpy from pageable memory", nullptr, 4},
       {"cudaStreamPerThread", cudaStreamPerThread, "a synchronous cudaMemcpy", nullptr, 3},
   };
+  std::vector<int> pageable(kP);
   int cross = 0;
   for (int it = 0; it < iterations; ++it)
     for (const Case& k : cases) {
       for (int callback_api = 0; callback_api < 2; ++callback_api, ++cross) {
         std::memset(pinned, 0, kP * sizeof(int));
         std::memset(back, 0, kP * sizeof(int));
+        std::fill(pageable.begin(), pageable.end(), 0);
+        int* written = k.sync == 4 ? pageable.data() : pinned;
         CHECK(cudaMemset(dev, 0, kP * sizeof(int)));
         CHECK(cudaDeviceSynchronize());
-        if (callback_api) CHECK(cudaStreamAddCallback(k.fn_stream, late_callback, pinned, 0));
-        else CHECK(cudaLaunchHostFunc(k.fn_stream, late_writer, pinned));
+        if (callback_api) CHECK(cudaStreamAddCallback(k.fn_stream, late_callback, written, 0));
+        else CHECK(cudaLaunchHostFunc(k.fn_stream, late_writer, written));
         int got = 0;
         if (k.sync == 0) {
           CHECK(cudaMemcpyAsync(dev, pinned, kP * sizeof(int), cudaMemcpyHostToDevice, k.copy_stream));
           CHECK(cudaMemcpyAsync(back, dev, kP * sizeof(int), cudaMemcpyDeviceToHost, k.copy_stream));
           CHECK(cudaStreamSynchronize(k.copy_stream));
           got = back[kP - 1];
-        } else if (k.sync == 3) {
-          CHECK(cudaMemcpy(dev, pinned, kP * sizeof(int), cudaMemcpyHostToDevice));
+        } else if (k.sync >= 3) {
+          CHECK(cudaMemcpy(dev, written, kP * sizeof(int), cudaMemcpyHostToDevice));
           CHECK(cudaMemcpy(back, dev, kP * sizeof(int), cudaMemcpyDeviceToHost));
           got = back[kP - 1];
         } else {
