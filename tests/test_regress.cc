@@ -939,5 +939,45 @@ TEST(Regress, AnUnfinishedHostFunctionHoldsOnlyWhatCudaHolds) {
   });
 }
 
+// A stream destroyed (or a per-thread stream released by its thread's exit)
+// with a host function that has not returned leaves its ring held until the
+// function returns; a new stream must not be put on that ring while others
+// are free, or its work would wait for the function, which CUDA's would not.
+TEST(Regress, ANewStreamDoesNotInheritAHeldRing) {
+  WorkerProcess w;
+  with_deadline(w, 60s, [&] {
+    auto c = w.attach(quick_timeout());
+    uint64_t dev = 0;
+    ASSERT_EQ(c->malloc(&dev, kBytes), Status::kSuccess);
+    for (const bool exiting_thread : {false, true}) {
+      SCOPED_TRACE(exiting_thread ? "per-thread stream of an exited thread" : "destroyed stream");
+      std::atomic<bool> release{false}, returned{false};
+      auto held = [&] {
+        const auto until = std::chrono::steady_clock::now() + 10s;
+        while (!release.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+        returned = true;
+      };
+      if (exiting_thread) {
+        std::thread([&] { ASSERT_EQ(c->host_func(c->per_thread_stream(), held), Status::kSuccess); }).join();
+      } else {
+        Stream a;
+        ASSERT_EQ(c->stream_create(&a, kStreamNonBlocking), Status::kSuccess);
+        ASSERT_EQ(c->host_func(a, held), Status::kSuccess);
+        ASSERT_EQ(c->stream_destroy(a), Status::kSuccess);
+      }
+      Stream n;
+      ASSERT_EQ(c->stream_create(&n, kStreamNonBlocking), Status::kSuccess);
+      ASSERT_EQ(c->memset_async(dev, 1, kBytes, n), Status::kSuccess);
+      EXPECT_EQ(c->stream_synchronize(n), Status::kSuccess);
+      EXPECT_FALSE(returned.load()) << "a new stream's work waited for another stream's host function";
+      release = true;
+      EXPECT_EQ(c->device_synchronize(), Status::kSuccess);
+      EXPECT_TRUE(returned.load());
+      EXPECT_EQ(c->stream_destroy(n), Status::kSuccess);
+    }
+    EXPECT_EQ(c->get_last_error(), Status::kSuccess);
+  });
+}
+
 }  // namespace
 }  // namespace ordo::test

@@ -66,6 +66,7 @@ struct Client::Ring {
   uint64_t head_cache = 0;             // worker's head as last read
   std::atomic<uint64_t> published{0};  // tail, for other threads' edge snapshots
   uint32_t live = 0;                   // guarded by rings_mu_: streams on this ring
+  uint64_t released_end = 0;           // guarded by rings_mu_: the fence before the last stream's destroy
   // Per device, the ring's streams of that device: how many live, and where
   // the last one destroyed left its work (the fence before its destroy). A
   // device's legacy stream follows the ring's blocking streams of the device:
@@ -802,9 +803,17 @@ Status Client::stream_op(Stream s, Entry e, EventState* ev) {
 uint32_t Client::choose_ring_locked() const {
   // The ring with the fewest streams: its own ring while streams are fewer
   // than rings, shared ones after that (ARCHITECTURE.md, "Streams and rings").
+  // Among those, one whose destroyed streams' work completed: that work may
+  // be a host function the program has not let return, and the ring holds
+  // every later entry behind it, a new stream's too.
+  auto rank = [&](uint32_t q) {
+    const Ring& g = *rings_[q];
+    const bool pending = region_->ring(q).completed.load(std::memory_order_acquire) < g.released_end;
+    return uint64_t{g.live} * 2 + pending;
+  };
   uint32_t r = 0;
   for (uint32_t q = 1; q < rings_.size(); ++q)
-    if (!r || rings_[q]->live < rings_[r]->live) r = q;
+    if (!r || rank(q) < rank(r)) r = q;
   return r;
 }
 
@@ -945,6 +954,7 @@ Status Client::release_stream(ThreadState& t, Stream s) {
   const uint32_t d = st.device.load(std::memory_order_relaxed);
   g.on[d].end.store(g.fence_end, std::memory_order_release);
   g.on[d].live.fetch_sub(1, std::memory_order_release);
+  g.released_end = g.fence_end;
   if (st.blocking.load(std::memory_order_relaxed)) {
     g.blocking[d].end.store(g.fence_end, std::memory_order_release);
     g.blocking[d].live.fetch_sub(1, std::memory_order_release);
