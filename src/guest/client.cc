@@ -1672,6 +1672,10 @@ void Client::presence_target(ThreadState& t, uint32_t r, uint32_t device, bool b
 Status Client::wait_targets(ThreadState& t, const std::vector<std::pair<uint32_t, uint64_t>>& targets) {
   for (auto [r, pos] : targets)
     if (Status s = wait_completed(r, pos); !ok(s)) return finish(t, s);
+  // With nothing left to wait for (the rings had completed already), what
+  // finished host functions did must still be visible here, as after a wait
+  // (wait_worker): a synchronous copy from pageable memory reads it next.
+  host_funcs_->ran.load(std::memory_order_acquire);
   return finish(t, Status::kSuccess);
 }
 
