@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <barrier>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -317,10 +318,14 @@ TEST(Client, StreamQueryAndPerThreadStreams) {
   ASSERT_EQ(c->malloc(&d, 4 * sizeof(sim::Stamp)), Status::kSuccess);
   std::vector<std::thread> ts;
   std::vector<uint32_t> rings(4);
+  // All four streams live at once: a thread that exited first would release
+  // its stream's ring to the next one (TSan's timing showed it).
+  std::barrier all_created(4);
   for (uint32_t i = 0; i < 4; ++i)
     ts.emplace_back([&, i] {
       Stream s = c->per_thread_stream();
       rings[i] = c->ring_of_stream(s);
+      all_created.arrive_and_wait();
       sim::StampArgs a{d, i, 20000};
       EXPECT_EQ(c->launch(stamp, {1}, {1}, &a, sizeof a, s), Status::kSuccess);
       EXPECT_EQ(c->stream_query(s), Status::kNotReady);
