@@ -117,7 +117,8 @@ class Client {
                            Stream s);
   // Synchronous copies: legacy-stream work (after earlier legacy and blocking-stream
   // work, as cudaMemcpy), and the call returns when the copy is done.
-  Status memcpy_h2d(uint64_t dst, const void* src, uint64_t size);
+  // `s`: the legacy stream, as cudaMemcpy; a per-thread build's cudaMemcpy is its thread's stream's work.
+  Status memcpy_h2d(uint64_t dst, const void* src, uint64_t size, Stream s = kLegacyStream);
   Status memcpy_d2h(void* dst, uint64_t src, uint64_t size);
 
   // Kernels. Module 0 holds the kernels the backend knows by name (the sim's).

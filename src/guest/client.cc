@@ -1503,14 +1503,14 @@ Status Client::memset_async(uint64_t dst, uint8_t value, uint64_t size, Stream s
 
 // cudaMemcpy is legacy-stream work (ARCHITECTURE.md rule 4): it follows the
 // blocking streams through the legacy edges, not non-blocking streams.
-Status Client::memcpy_h2d(uint64_t dst, const void* src, uint64_t size) {
+Status Client::memcpy_h2d(uint64_t dst, const void* src, uint64_t size, Stream s) {
   // From pageable memory CUDA synchronizes before the copy starts, and the
   // async path reads the source into staging at once: wait for what the copy
   // follows first (a host function may still be writing the source).
   if (!is_pinned(src, size))
-    if (Status s = stream_order_wait(kLegacyStream); !ok(s)) return s;
-  if (Status s = memcpy_h2d_async(dst, src, size, kLegacyStream); !ok(s)) return s;
-  return stream_synchronize(kLegacyStream);
+    if (Status st = stream_order_wait(s); !ok(st)) return st;
+  if (Status st = memcpy_h2d_async(dst, src, size, s); !ok(st)) return st;
+  return stream_synchronize(s);
 }
 
 Status Client::memcpy_d2h(void* dst, uint64_t src, uint64_t size) {

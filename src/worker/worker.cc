@@ -168,6 +168,10 @@ Status Worker::check_edges(const Entry& e, uint32_t own_ring, std::string* why) 
   return Status::kSuccess;
 }
 
+bool Worker::RingState::held() const {
+  return hold && hold->done.load(std::memory_order_acquire) < hold_ticket;
+}
+
 uint64_t Worker::passed(uint32_t r) const {
   const RingState& rs = rings_[r];
   // A HostFunc is stream work that ends when the guest's function returned,
@@ -175,8 +179,7 @@ uint64_t Worker::passed(uint32_t r) const {
   // not met (legacy-stream work after a blocking stream's function, or the
   // reverse, and a shared ring's StreamSynchronize). Its own ring holds the
   // entries after it anyway (poll_ring).
-  if (rs.hold && rs.hold->done.load(std::memory_order_acquire) < rs.hold_ticket) return rs.head - 1;
-  return rs.head;
+  return rs.held() ? rs.head - 1 : rs.head;
 }
 
 bool Worker::edges_ready(const Edge* edges, unsigned count) const {
@@ -226,7 +229,7 @@ bool Worker::poll_ring(uint32_t r) {
     if (!rs.staged && !published(r, rs.head, &word)) break;
     if (rs.hold) {
       // A host function: the ring goes on once the guest ran it.
-      if (rs.hold->done.load(std::memory_order_acquire) < rs.hold_ticket) break;
+      if (rs.held()) break;
       rs.hold = nullptr;
     }
     if (!rs.staged) {
@@ -705,7 +708,7 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq, bool edges_met
         DeferredDestroy d{idx, last, e.edge_count, {}};
         std::copy_n(e.edges, e.edge_count, d.edges);
         destroys_.push_back(d);
-        events_[idx].destroying = last;
+        if (last) events_[idx].destroying = true;
         return reply(s, seq, Status::kSuccess);
       }
       return reply(s, seq, last ? destroy_event(idx) : Status::kSuccess);

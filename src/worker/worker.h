@@ -97,6 +97,7 @@ class Worker {
     // ring's next entry waits until hold->done >= hold_ticket.
     HostFuncWords* hold = nullptr;
     uint64_t hold_ticket = 0;
+    bool held() const;  // a hold whose function the guest has not finished
     // Streams that got work from this ring since its last Fence: the next
     // Fence completes once each of them has run that work.
     std::vector<uint32_t> dirty;

@@ -609,11 +609,9 @@ CUresult copy(uint64_t dst, Side ds, uint64_t src, Side ss, size_t n, CUstream s
   else if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
   Status st;
   if (ds == Side::kDevice && ss == Side::kHost) {
-    // Synchronous from pageable memory: CUDA synchronizes before the copy
-    // starts, and staging reads the source at once (Client::memcpy_h2d).
     const void* from = reinterpret_cast<const void*>(src);
-    st = sync && !c->is_pinned(from, n) ? c->stream_order_wait(s) : Status::kSuccess;
-    if (ok(st)) st = c->memcpy_h2d_async(dst, from, n, s);
+    if (sync) return to_cu(c->memcpy_h2d(dst, from, n, s));  // waits first when `from` is pageable
+    st = c->memcpy_h2d_async(dst, from, n, s);
   } else if (ds == Side::kHost && ss == Side::kDevice) {
     st = c->memcpy_d2h_async(reinterpret_cast<void*>(dst), src, n, s);
   } else if (ds == Side::kDevice) {
