@@ -939,6 +939,96 @@ TEST(Regress, AnUnfinishedHostFunctionHoldsOnlyWhatCudaHolds) {
   });
 }
 
+// An event re-recorded while its earlier record (and a wait on it) are held
+// behind a host function that has not returned: CUDA replaces the event's
+// state at once, so the new record, waits on it, a synchronize, a query and a
+// destroy go on; the held wait keeps the earlier record's meaning, so the copy
+// after it still sees what the function wrote (that part fails with --unordered).
+// Returns what the copy after the held wait saw; with ordering off, only that.
+int rerecord_behind_a_host_function(bool ordered) {
+  WorkerProcess w(ordered ? std::vector<std::string>{} : std::vector<std::string>{"--unordered"});
+  int seen = 0;
+  auto expect = [&](Status got, Status want, const char* what) {
+    if (ordered) {
+      EXPECT_EQ(got, want) << what;
+    }
+  };
+  with_deadline(w, 60s, [&] {
+    auto c = w.attach(quick_timeout());
+    uint64_t dev = 0, scratch = 0;
+    ASSERT_EQ(c->malloc(&dev, sizeof(int)), Status::kSuccess);
+    ASSERT_EQ(c->malloc(&scratch, kBytes), Status::kSuccess);
+    ASSERT_EQ(c->memset_async(dev, 0, sizeof(int), kLegacyStream), Status::kSuccess);
+    void* p = nullptr;
+    ASSERT_EQ(c->malloc_host(&p, sizeof(int)), Status::kSuccess);
+    auto* flag = static_cast<int*>(p);
+    *flag = 0;
+    Stream a, b, held_waiter, new_waiter;
+    for (Stream* x : {&a, &b, &held_waiter, &new_waiter})
+      ASSERT_EQ(c->stream_create(x, kStreamNonBlocking), Status::kSuccess);
+    ASSERT_EQ(c->device_synchronize(), Status::kSuccess);
+    Event e, other;
+    ASSERT_EQ(c->event_create(&e), Status::kSuccess);
+    ASSERT_EQ(c->event_create(&other), Status::kSuccess);
+    std::atomic<bool> release{false}, returned{false};
+    ASSERT_EQ(c->host_func(a, [&] {
+      const auto until = std::chrono::steady_clock::now() + 20s;
+      while (!release.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+      std::atomic_ref<int>(*flag).store(7);
+      returned = true;
+    }), Status::kSuccess);
+    ASSERT_EQ(c->event_record(e, a), Status::kSuccess);
+    ASSERT_EQ(c->stream_wait_event(held_waiter, e), Status::kSuccess);
+    ASSERT_EQ(c->memcpy_h2d_async(dev, flag, sizeof(int), held_waiter), Status::kSuccess);
+    for (int round = 0; round < 3; ++round) {  // a second re-record needs the first one's backend event no more
+      ASSERT_EQ(c->event_record(e, b), Status::kSuccess);
+      expect(c->event_synchronize(e), Status::kSuccess, "synchronize the re-recorded event");
+      expect(c->event_query(e), Status::kSuccess, "query the re-recorded event");
+      ASSERT_EQ(c->stream_wait_event(new_waiter, e), Status::kSuccess);
+      ASSERT_EQ(c->memset_async(scratch, uint8_t(round), kBytes, new_waiter), Status::kSuccess);
+      expect(c->stream_synchronize(new_waiter), Status::kSuccess, "a wait on the new record");
+      ASSERT_EQ(c->event_record(other, b), Status::kSuccess);
+      ASSERT_EQ(c->event_synchronize(other), Status::kSuccess);
+      float ms = -1;
+      expect(c->event_elapsed(&ms, e, other), Status::kSuccess, "elapsed time to the new record");
+    }
+    EXPECT_EQ(c->event_destroy(e), Status::kSuccess);
+    if (ordered) {
+      EXPECT_FALSE(returned.load()) << "the re-record waited for the host function";
+    }
+    EXPECT_EQ(c->event_query(e), Status::kInvalidResourceHandle);
+    EXPECT_EQ(c->get_last_error(), Status::kInvalidResourceHandle);
+    std::this_thread::sleep_for(50ms);  // unordered, the copy has run by now
+    release = true;
+    // Unordered, the held record comes after the destroy and fails.
+    expect(c->stream_synchronize(held_waiter), Status::kSuccess, "the held wait");
+    expect(c->device_synchronize(), Status::kSuccess, "the held record");
+    c->get_last_error();
+    ASSERT_EQ(c->memcpy_d2h(&seen, dev, sizeof seen), Status::kSuccess);
+    // The destroyed event's index is free again once its held record and wait ran.
+    std::vector<Event> more(4);
+    for (Event& x : more) ASSERT_EQ(c->event_create(&x), Status::kSuccess);
+    if (ordered) {
+      EXPECT_TRUE(std::any_of(more.begin(), more.end(), [&](Event x) { return uint32_t(x.handle) == uint32_t(e.handle); }))
+          << "the destroyed event was never freed";
+    }
+    for (Event& x : more) EXPECT_EQ(c->event_destroy(x), Status::kSuccess);
+    EXPECT_EQ(c->event_destroy(other), Status::kSuccess);
+    for (Stream x : {a, b, held_waiter, new_waiter}) EXPECT_EQ(c->stream_destroy(x), Status::kSuccess);
+    expect(c->get_last_error(), Status::kSuccess, "no error left");
+  });
+  return seen;
+}
+
+TEST(Regress, AReRecordDoesNotWaitForARecordHeldBehindAHostFunction) {
+  EXPECT_EQ(rerecord_behind_a_host_function(true), 7)
+      << "the wait issued before the re-record did not wait for the host function's write";
+}
+
+TEST(Regress, AReRecordBehindAHostFunctionUnorderedControl) {
+  EXPECT_NE(rerecord_behind_a_host_function(false), 7) << "the scenario cannot see a misordered wait";
+}
+
 // A stream destroyed (or a per-thread stream released by its thread's exit)
 // with a host function that has not returned leaves its ring held until the
 // function returns; a new stream must not be put on that ring while others

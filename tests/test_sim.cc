@@ -418,7 +418,7 @@ TEST_F(SimTest, EventElapsed) {
 }
 
 TEST_F(SimTest, EventIdsAndDestroy) {
-  EXPECT_EQ(b_->event_create(65536, 0, 0), Status::kInvalidValue);
+  EXPECT_EQ(b_->event_create(kMaxBackendEvents, 0, 0), Status::kInvalidValue);
   ASSERT_EQ(b_->event_create(65535, 0, 0), Status::kSuccess);
   EXPECT_EQ(b_->event_create(65535, 0, 0), Status::kInvalidResourceHandle);
   EXPECT_EQ(b_->event_record(0, 4), Status::kInvalidResourceHandle);

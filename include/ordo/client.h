@@ -182,6 +182,7 @@ class Client {
   // Appends `e` of stream `stream` (with edges for its op's ordering role, after
   // any edges `e` already carries) to ring `r`; caller holds r.mu.
   uint64_t push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call, EventState* ev);
+  uint64_t push_event_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call, EventState& ev);
   // A launch's push_locked: its entry is written in its slot, not built and copied.
   inline uint64_t push_launch_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const uint64_t (&arg)[6]);
   inline void mark_errors(ThreadState& t);
@@ -194,7 +195,6 @@ class Client {
   inline Entry* claim_slot(Ring& g, uint32_t r);  // the slot at g.tail once it is free; nullptr: session lost
   inline void commit_slot(Ring& g);               // the entry at g.tail is published
   inline void legacy_edges(Ring& g, uint32_t r, uint32_t stream, EdgeList* edges);
-  void uses_of_event(const EventState& ev, uint32_t own_ring, EdgeList* edges);
   bool alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset);
   bool try_alloc_staging(Ring& g, uint32_t r, uint64_t size, uint64_t* offset);  // size 16-aligned; no wait
   uint64_t staging_chunk(uint64_t size) const;

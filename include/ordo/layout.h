@@ -39,6 +39,9 @@ inline constexpr uint32_t kLegacyStreamId = 0;
 // another device's (StreamCreate with kStreamLegacy) when a thread first uses it.
 inline constexpr uint32_t kMaxDevices = 32;
 inline constexpr uint32_t kNoSlot = 0xffffffffu;
+// Events a guest session holds at once: an event handle's low 32 bits index
+// them, its high 32 bits are a generation that makes a stale handle fail.
+inline constexpr uint32_t kMaxEvents = 65536;
 
 // The largest module image (ModuleLoad) the worker copies out, and how many
 // modules one guest session may hold.

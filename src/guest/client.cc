@@ -108,8 +108,9 @@ struct Client::EventState {
   uint64_t handle = 0;
   uint32_t device = 0;
   bool recorded = false;
-  Edge record{};                                // the record the next user refers to
-  std::vector<std::pair<uint32_t, uint64_t>> waits;  // users since that record: a re-record follows them
+  Edge record{};      // the record the next user refers to
+  uint64_t number = 0;  // records issued: the worker keeps a record's state while waits on it are to come
+  uint64_t waits = 0;   // StreamWaitEvents issued on record `number`
 };
 
 struct Client::SlotPool {
@@ -192,7 +193,7 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t s
       session_(region_->header()->session),
       streams_(new StreamState[kMaxStreams]),
       slots_(std::make_shared<SlotPool>()),
-      events_(new std::atomic<EventState*>[65536]),
+      events_(new std::atomic<EventState*>[kMaxEvents]),
       heap_(std::make_unique<Heap>()),
       host_funcs_(std::make_unique<HostFuncs>()),
       id_(g_next_client_id.fetch_add(1)),
@@ -226,7 +227,7 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t s
   }
   for (uint32_t s = permanent; s-- > 0;) slots_->free.push_back(s);
   slots_->client = this;
-  for (uint32_t i = 0; i < 65536; ++i) events_[i].store(nullptr, std::memory_order_relaxed);
+  for (uint32_t i = 0; i < kMaxEvents; ++i) events_[i].store(nullptr, std::memory_order_relaxed);
   if (l.heap_size >= 4096)
     heap_->buf = std::make_unique<bip::managed_external_buffer>(bip::create_only, region_->heap(), l.heap_size);
   // The worker frees this session's resources when the beat stops (we died).
@@ -259,7 +260,7 @@ Client::~Client() {
   uint64_t mine = guest_session_;
   region_->header()->guest_session.compare_exchange_strong(mine, 0, std::memory_order_release);
   notify_worker();
-  for (uint32_t i = 0; i < 65536; ++i) delete events_[i].load();
+  for (uint32_t i = 0; i < kMaxEvents; ++i) delete events_[i].load();
 }
 
 std::unique_ptr<Client> Client::attach(const std::string& spec, std::string* error, ClientOptions options) {
@@ -628,14 +629,6 @@ void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
   }
 }
 
-void Client::uses_of_event(const EventState& ev, uint32_t own_ring, EdgeList* edges) {
-  // A re-record or a destroy follows what was issued on the event before it:
-  // the current record (on another ring; ring order covers the own one) and
-  // every wait that referred to it.
-  if (ev.recorded && ev.record.ring != own_ring) edges->push_back(ev.record);
-  for (auto [q, p] : ev.waits) edges->push_back({q, 0, p});
-}
-
 [[gnu::always_inline]] inline void Client::mark_errors(ThreadState& t) {
   if (t.marked) return;  // before the worker can see this call's entry, let alone fail it
   t.marked = true;
@@ -647,28 +640,42 @@ void Client::uses_of_event(const EventState& ev, uint32_t own_ring, EdgeList* ed
 uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call,
                              EventState* ev) {
   mark_errors(t);
+  if (ev) return push_event_locked(t, g, r, stream, call, *ev);
   // Inline storage: no heap allocation unless an entry needs more than 16 edges.
   // (Not a reused thread_local vector: a thread_local with a destructor is gone
   // before the static destructors and atexit handlers that may still push.)
   EdgeList edges;
   for (unsigned k = 0; k < call.edge_count && k < kMaxEdges; ++k) edges.push_back(call.edges[k]);
-  const Order order = info(static_cast<Op>(call.op)).order;
-  std::unique_lock<std::mutex> ev_lock;
-  if (ev) ev_lock = std::unique_lock(ev->mu);
-  if (opt_.ordered && order != Order::None) {
+  if (opt_.ordered && info(static_cast<Op>(call.op)).order != Order::None) legacy_edges(g, r, stream, &edges);
+  return push_edges_locked(t, g, r, stream, call, edges);
+}
+
+uint64_t Client::push_event_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call,
+                                   EventState& ev) {
+  // Numbered under the event's lock, so numbers and wait counts follow the
+  // order in which records and waits replaced and used the event's state.
+  // A re-record needs no edge to the record it replaces or its waits: the
+  // worker keeps that record in a backend event of its own while waits on it
+  // are to come (EventTable), so nothing CUDA would not hold holds it.
+  EdgeList edges;
+  for (unsigned k = 0; k < call.edge_count && k < kMaxEdges; ++k) edges.push_back(call.edges[k]);
+  std::lock_guard lock(ev.mu);
+  const bool record = static_cast<Op>(call.op) == Op::EventRecord;
+  Entry e = call;
+  e.arg[1] = record ? ev.number + 1 : ev.number;
+  e.arg[2] = record ? ev.waits : 0;
+  if (opt_.ordered) {
     legacy_edges(g, r, stream, &edges);
-    if (ev && order == Order::EventRead && ev->recorded) edges.push_back(ev->record);
-    if (ev && order == Order::EventWrite) uses_of_event(*ev, r, &edges);
+    if (!record && ev.recorded) edges.push_back(ev.record);
   }
-  const uint64_t pos = push_edges_locked(t, g, r, stream, call, edges);
-  if (ev && order == Order::EventWrite) {
-    ev->recorded = true;
-    ev->record = {r, 0, pos + 1};
-    ev->waits.clear();
-  } else if (ev && order == Order::EventRead) {
-    auto it = std::find_if(ev->waits.begin(), ev->waits.end(), [&](auto& w) { return w.first == r; });
-    if (it == ev->waits.end()) ev->waits.push_back({r, pos + 1});
-    else it->second = pos + 1;
+  const uint64_t pos = push_edges_locked(t, g, r, stream, e, edges);
+  if (record) {
+    ev.recorded = true;
+    ev.record = {r, 0, pos + 1};
+    ev.number++;
+    ev.waits = 0;
+  } else {
+    ev.waits++;
   }
   return pos;
 }
@@ -1052,7 +1059,7 @@ Status Client::stream_query(Stream s) {
 
 Client::EventState* Client::event_of(Event e) {
   const uint32_t idx = uint32_t(e.handle);
-  if (idx >= 65536) return nullptr;
+  if (idx >= kMaxEvents) return nullptr;
   EventState* ev = events_[idx].load(std::memory_order_acquire);
   if (!ev || ev->handle != e.handle) return nullptr;
   return ev;
@@ -1069,7 +1076,7 @@ Status Client::event_create(Event* out, uint32_t flags) {
   Status s = call(e, &h);
   if (!ok(s)) return finish_own(t, s);
   const uint32_t idx = uint32_t(h);
-  if (idx >= 65536) return finish_own(t, Status::kIllegalState);
+  if (idx >= kMaxEvents) return finish_own(t, Status::kIllegalState);
   std::lock_guard lock(events_mu_);
   EventState* ev = events_[idx].load();
   if (!ev) {
@@ -1080,17 +1087,20 @@ Status Client::event_create(Event* out, uint32_t flags) {
   ev->handle = h;
   ev->device = t.device;
   ev->recorded = false;
-  ev->waits.clear();
+  ev->number = 0;
+  ev->waits = 0;
   out->handle = h;
   return finish_own(t, Status::kSuccess);
 }
 
 namespace {
-Entry event_request(Op op, uint64_t a, uint64_t b = 0) {
+Entry event_request(Op op, uint64_t a, uint64_t b = 0, uint64_t c = 0, uint64_t d = 0) {
   Entry e{};
   e.op = uint16_t(op);
   e.arg[0] = a;
   e.arg[1] = b;
+  e.arg[2] = c;
+  e.arg[3] = d;
   return e;
 }
 }  // namespace
@@ -1100,26 +1110,14 @@ Status Client::event_destroy(Event e) {
   EventState* ev = event_of(e);
   if (!ev) return finish(t, Status::kInvalidResourceHandle);
   Entry req{};
-  req.op = uint16_t(Op::EventDestroy);
-  req.arg[0] = e.handle;
-  EdgeList edges;
   {
     // CUDA defers the destroy: the record and every wait already issued on
-    // the event keep their meaning, so the destroy follows all of them.
+    // the event keep their meaning. The worker answers at once and carries
+    // the destroy out once every wait on it was dispatched (EventTable), so
+    // nothing here waits for stream work, as cudaEventDestroy does not.
     std::lock_guard lock(ev->mu);
-    if (opt_.ordered) uses_of_event(*ev, kNoRing, &edges);
+    req = event_request(Op::EventDestroy, e.handle, ev->number, ev->waits);
   }
-  // A sync request carries kMaxEdges; the rest go first, in parts (arg1 = 1)
-  // that only add edges to this destroy. The worker answers each at once and
-  // defers the destroy until all of them are met, so that nothing here waits
-  // for stream work (a record held behind a host function, say), as
-  // cudaEventDestroy does not.
-  while (edges.size() > kMaxEdges) {
-    Entry part = event_request(Op::EventDestroy, e.handle, 1);
-    for (; part.edge_count < kMaxEdges; edges.pop_back()) part.edges[part.edge_count++] = edges.back();
-    if (Status st = call(part); !ok(st)) return finish(t, st);
-  }
-  for (const Edge& x : edges) req.edges[req.edge_count++] = x;
   Status s = call(req);
   if (ok(s)) {
     // Stale handles fail event_of from now on. Another thread's event_create
@@ -1153,9 +1151,10 @@ Status Client::event_synchronize(Event e) {
   ThreadState& t = thread();
   EventState* ev = event_of(e);
   if (!ev) return finish(t, Status::kInvalidResourceHandle);
-  Entry req = event_request(Op::EventSynchronize, e.handle);
+  Entry req;
   {
     std::lock_guard lock(ev->mu);
+    req = event_request(Op::EventSynchronize, e.handle, ev->number);
     if (opt_.ordered && ev->recorded) req.edges[req.edge_count++] = ev->record;
   }
   return finish(t, call(req));
@@ -1165,9 +1164,10 @@ Status Client::event_query(Event e) {
   ThreadState& t = thread();
   EventState* ev = event_of(e);
   if (!ev) return finish(t, Status::kInvalidResourceHandle);
-  Entry req = event_request(Op::EventQuery, e.handle);
+  Entry req;
   {
     std::lock_guard lock(ev->mu);
+    req = event_request(Op::EventQuery, e.handle, ev->number);
     if (opt_.ordered && ev->recorded) req.edges[req.edge_count++] = ev->record;
   }
   return finish(t, call(req));
@@ -1180,8 +1180,10 @@ Status Client::event_elapsed(float* ms, Event start, Event end) {
   if (!ms) return finish(t, Status::kInvalidValue);
   if (!a || !b) return finish(t, Status::kInvalidResourceHandle);
   Entry req = event_request(Op::EventElapsed, start.handle, end.handle);
-  for (EventState* ev : {a, b}) {
+  for (int k = 0; k < 2; ++k) {
+    EventState* ev = k ? b : a;
     std::lock_guard lock(ev->mu);
+    req.arg[2 + k] = ev->number;
     if (opt_.ordered && ev->recorded) req.edges[req.edge_count++] = ev->record;
   }
   uint64_t bits = 0;

@@ -27,6 +27,10 @@
 
 namespace ordo {
 
+// Event ids the worker gives a backend are below this: a guest event's records
+// may need more than one backend event (EventTable).
+inline constexpr uint32_t kMaxBackendEvents = kMaxEvents + 4096;
+
 // Identifies the guest call behind a backend operation, for async error reports.
 struct OpTag {
   uint32_t ring = 0;

@@ -28,8 +28,6 @@ void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
-constexpr uint64_t kEventGenShift = 32;
-constexpr uint32_t kMaxEvents = 65536;
 // How long a store a guest issued before reading `worker_sleeping` may still be
 // on its way (a store buffer drains in well under a microsecond; VM exits and
 // interrupts only drain it sooner). Costs an idle worker one extra wake-up per sleep.
@@ -84,6 +82,7 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
       stream_ring_(kMaxStreams, kNoRingBound),
       stream_mark_(kMaxStreams, 0),
       stream_device_(kMaxStreams, 0),
+      events_(backend, options.ordered),
       chaos_rng_(options.chaos_seed) {
   for (uint32_t r = 0; r < layout_.ring_count; ++r) fresh_ring(r);
   stream_ring_[kLegacyStreamId] = kLegacyRing;
@@ -275,6 +274,15 @@ bool Worker::poll_ring(uint32_t r) {
     }
     if (chaos_hold(rs.chaos_armed, rs.chaos_until_ns)) break;
     const Status s = dispatch(r, rs.entry, rs.head);
+    if (s == Status::kNotReady && rs.entry.op == uint16_t(Op::EventRecord)) {
+      // A record that needs a backend event of its own while all are in use
+      // (EventTable::record): it waits for a wait elsewhere, as for an edge.
+      if (!rs.waited) {
+        rs.waited = true;
+        bump(counters_.edge_waits);
+      }
+      break;
+    }
     if (!ok(s)) async_error({r, rs.entry.thread, rs.head, rs.entry.op}, s);
     if (tracer_) tracer_->record(r, rs.head, rs.entry, rs.staged_ns, Tracer::stamp());
     rs.staged = false;
@@ -316,15 +324,6 @@ Status Worker::resolve(MemKind kind, uint32_t ring, uint64_t addr, uint64_t size
       return Status::kSuccess;
   }
   return Status::kInvalidValue;
-}
-
-Status Worker::event_index(uint64_t handle, uint32_t* index) const {
-  const uint32_t idx = uint32_t(handle);
-  const uint32_t gen = uint32_t(handle >> kEventGenShift);
-  if (idx >= events_.size() || !events_[idx].live || events_[idx].generation != gen)
-    return Status::kInvalidResourceHandle;
-  *index = idx;
-  return Status::kSuccess;
 }
 
 Status Worker::stream_of(const Entry& e, uint32_t r) const {
@@ -426,12 +425,20 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
       return backend_.memset(st, e.arg[0], uint8_t(e.arg[1]), e.arg[2], tag);
     case Op::EventRecord:
     case Op::StreamWaitEvent: {
-      uint32_t idx;
-      if (Status s = event_index(e.arg[0], &idx); !ok(s)) return s;
-      if (op == Op::StreamWaitEvent) return backend_.stream_wait_event(st, idx);  // any device's event, as CUDA
-      // CUDA records an event only on a stream of the device it was created on.
-      if (events_[idx].device != stream_device_[st]) return Status::kInvalidResourceHandle;
-      return backend_.event_record(st, idx);
+      // arg1: the record's number (a wait: the record it refers to); a record's arg2: the waits on the one it replaces.
+      uint32_t idx, ev;
+      if (Status s = events_.find(e.arg[0], e.arg[1], &idx); !ok(s)) return s;
+      Status s;
+      if (op == Op::StreamWaitEvent) {
+        s = backend_.stream_wait_event(st, events_.backend_of(idx, e.arg[1]));  // any device's event, as CUDA
+        events_.waited(idx, e.arg[1]);
+      } else if (events_.device(idx) != stream_device_[st]) {
+        return Status::kInvalidResourceHandle;  // CUDA records an event only on a stream of its own device
+      } else if (s = events_.record(idx, e.arg[1], e.arg[2], &ev); ok(s)) {
+        s = backend_.event_record(st, ev);
+      }
+      events_.settle(idx);
+      return s;
     }
     case Op::HostFunc: {
       // The guest runs the function (CUDA runs it on a runtime thread of the
@@ -449,35 +456,6 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
     default:
       return Status::kNotSupported;  // check_entry keeps slot ops off rings
   }
-}
-
-Status Worker::destroy_event(uint32_t idx) {
-  EventState& ev = events_[idx];
-  ev.live = false;
-  ev.destroying = false;
-  ++ev.generation;
-  free_events_.push_back(idx);
-  return backend_.event_destroy(idx);
-}
-
-bool Worker::has_destroy_parts(uint32_t idx) const {
-  return std::any_of(destroys_.begin(), destroys_.end(), [&](const DeferredDestroy& d) { return d.idx == idx && !d.last; });
-}
-
-bool Worker::finish_destroys() {
-  const size_t before = destroys_.size();
-  std::erase_if(destroys_, [&](const DeferredDestroy& d) { return !d.last && edges_ready(d.edges, d.edge_count); });
-  for (size_t i = 0; i < destroys_.size();) {
-    const DeferredDestroy& d = destroys_[i];
-    if (d.last && edges_ready(d.edges, d.edge_count) && !has_destroy_parts(d.idx)) {
-      // The guest was told success already; a backend error here has nobody to go to.
-      if (const Status st = destroy_event(d.idx); !ok(st)) bump(counters_.errors);
-      destroys_.erase(destroys_.begin() + ptrdiff_t(i));
-    } else {
-      ++i;
-    }
-  }
-  return destroys_.size() != before;
 }
 
 void Worker::reply(uint32_t s, uint64_t seq, Status st, uint64_t r0, uint64_t r1, uint64_t epoch) {
@@ -546,13 +524,11 @@ bool Worker::try_slot(uint32_t s) {
     if (tracer_) ss.staged_ns = Tracer::stamp();
   }
   if (!edges_ready(ss.entry)) {
-    // cudaEventQuery, cudaEventElapsedTime and cudaEventDestroy never wait for
-    // stream work, so not for a record that is not dispatched yet (behind a
-    // host function, say): such a record is not complete, and a destroy is
-    // deferred until what it follows was dispatched, as CUDA defers it.
+    // cudaEventQuery and cudaEventElapsedTime never wait for stream work, so
+    // not for a record that is not dispatched yet (behind a host function,
+    // say): such a record is not complete.
     const Op op = static_cast<Op>(ss.entry.op);
-    if (op == Op::EventQuery || op == Op::EventElapsed ||
-        (op == Op::EventDestroy && destroys_.size() < kMaxDeferredDestroys)) {
+    if (op == Op::EventQuery || op == Op::EventElapsed) {
       ss.staged = false;
       serve_slot(s, ss.entry, ss.seq, /*edges_met=*/false);
       return true;
@@ -680,48 +656,21 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq, bool edges_met
     }
     case Op::EventCreate: {
       if (e.arg[1] >= devices_) return reply(s, seq, Status::kInvalidDevice);
-      uint32_t idx;
-      if (!free_events_.empty()) {
-        idx = free_events_.back();
-        free_events_.pop_back();
-      } else if (events_.size() < kMaxEvents) {
-        idx = uint32_t(events_.size());
-        events_.emplace_back();
-      } else {
-        return reply(s, seq, Status::kMemoryAllocation);
-      }
-      Status st = backend_.event_create(idx, uint32_t(e.arg[1]), uint32_t(e.arg[0]));
-      if (!ok(st)) {
-        free_events_.push_back(idx);
-        return reply(s, seq, st);
-      }
-      events_[idx].live = true;
-      events_[idx].device = uint8_t(e.arg[1]);
-      return reply(s, seq, st, uint64_t{events_[idx].generation} << kEventGenShift | idx);
+      uint64_t handle = 0;
+      const Status st = events_.create(uint32_t(e.arg[1]), uint32_t(e.arg[0]), &handle);
+      return reply(s, seq, st, handle);
     }
-    case Op::EventDestroy: {
-      uint32_t idx;
-      if (Status st = event_index(e.arg[0], &idx); !ok(st)) return reply(s, seq, st);
-      if (events_[idx].destroying) return reply(s, seq, Status::kInvalidResourceHandle);
-      const bool last = e.arg[1] == 0;  // else a part: edges of a destroy that has more than one request holds
-      if (!edges_met || (last && has_destroy_parts(idx))) {
-        DeferredDestroy d{idx, last, e.edge_count, {}};
-        std::copy_n(e.edges, e.edge_count, d.edges);
-        destroys_.push_back(d);
-        if (last) events_[idx].destroying = true;
-        return reply(s, seq, Status::kSuccess);
-      }
-      return reply(s, seq, last ? destroy_event(idx) : Status::kSuccess);
-    }
+    case Op::EventDestroy:  // answered at once, carried out once every wait on it was dispatched (EventTable)
+      return reply(s, seq, events_.destroy(e.arg[0], e.arg[1], e.arg[2]));
     case Op::EventQuery: {
       uint32_t idx;
-      if (Status st = event_index(e.arg[0], &idx); !ok(st)) return reply(s, seq, st);
-      return reply(s, seq, edges_met ? backend_.event_query(idx) : Status::kNotReady);
+      if (Status st = events_.find(e.arg[0], &idx); !ok(st)) return reply(s, seq, st);
+      return reply(s, seq, edges_met ? backend_.event_query(events_.backend_of(idx, e.arg[1])) : Status::kNotReady);
     }
     case Op::EventSynchronize: {
       uint32_t idx;
-      if (Status st = event_index(e.arg[0], &idx); !ok(st)) return reply(s, seq, st);
-      backend_.event_notify(idx, deferred_reply(s, seq));
+      if (Status st = events_.find(e.arg[0], &idx); !ok(st)) return reply(s, seq, st);
+      backend_.event_notify(events_.backend_of(idx, e.arg[1]), deferred_reply(s, seq));
       return;
     }
     case Op::StreamSynchronize: {
@@ -733,12 +682,12 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq, bool edges_met
     }
     case Op::EventElapsed: {
       uint32_t a, b;
-      if (Status st = event_index(e.arg[0], &a); !ok(st)) return reply(s, seq, st);
-      if (Status st = event_index(e.arg[1], &b); !ok(st)) return reply(s, seq, st);
-      if (events_[a].device != events_[b].device) return reply(s, seq, Status::kInvalidResourceHandle);
+      if (Status st = events_.find(e.arg[0], &a); !ok(st)) return reply(s, seq, st);
+      if (Status st = events_.find(e.arg[1], &b); !ok(st)) return reply(s, seq, st);
+      if (events_.device(a) != events_.device(b)) return reply(s, seq, Status::kInvalidResourceHandle);
       if (!edges_met) return reply(s, seq, Status::kNotReady);
       float ms = 0;
-      Status st = backend_.event_elapsed(a, b, &ms);
+      Status st = backend_.event_elapsed(events_.backend_of(a, e.arg[2]), events_.backend_of(b, e.arg[3]), &ms);
       uint32_t bits;
       std::memcpy(&bits, &ms, sizeof bits);
       return reply(s, seq, st, bits);
@@ -913,17 +862,13 @@ void Worker::reset_session() {
     for (uint32_t p = 0; p < devices_; ++p)
       if (peers_[d] >> p & 1) backend_.set_peer_access(d, p, false);
   peers_.fill(0);
-  for (uint32_t i = 0; i < events_.size(); ++i)
-    if (events_[i].live) backend_.event_destroy(i);
+  events_.reset();
   for (uint32_t m : modules_) backend_.module_unload(m);
   modules_.clear();
   for (auto& [addr, size] : allocations_) backend_.free(addr);
   allocations_.clear();
   globals_.clear();
   counters_.allocations.store(0, std::memory_order_relaxed);
-  events_.clear();
-  free_events_.clear();
-  destroys_.clear();
   for (uint32_t r = 0; r < layout_.ring_count; ++r) {
     {
       std::lock_guard lock(rings_[r].fences->mu);
@@ -1003,7 +948,6 @@ bool Worker::poll_once() {
       if (rings_[r].staged || published(r, rings_[r].head, &word)) progressed |= poll_ring(r);
     }
   }
-  if (!destroys_.empty()) progressed |= finish_destroys();
   // Slots whose edges just became ready by the ring pass.
   return poll_slots() || progressed;
 }

@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #include "doorbell_waiter.h"
+#include "event_table.h"
 #include "ordo/layout.h"
 #include "ordo/ops.h"
 #include "ordo/region.h"
@@ -118,24 +119,6 @@ class Worker {
     uint64_t staged_ns = 0;
     Entry entry{};
   };
-  struct EventState {
-    uint32_t generation = 1;
-    bool live = false;
-    bool destroying = false;  // the guest destroyed it; deferred until what the destroy follows was dispatched
-    uint8_t device = 0;
-  };
-  // An EventDestroy whose edges were not met (a record or wait behind a host
-  // function): answered at once, carried out by finish_destroys(). A part
-  // (`last` false) only carries edges of a destroy that needs more than one request.
-  struct DeferredDestroy {
-    uint32_t idx;
-    bool last;
-    uint8_t edge_count;
-    Edge edges[kMaxEdges];
-  };
-  // Beyond this many, a destroy waits for its edges in its slot, as any request does.
-  static constexpr size_t kMaxDeferredDestroys = 4096;
-
   bool poll_ring(uint32_t r);
   void beat(std::stop_token stop);  // the heartbeat thread
   Status stream_of(const Entry& e, uint32_t ring) const;
@@ -150,9 +133,6 @@ class Worker {
   uint64_t passed(uint32_t r) const;
   bool edges_ready(const Edge* edges, unsigned count) const;
   bool edges_ready(const Entry& e) const { return edges_ready(e.edges, e.edge_count); }
-  Status destroy_event(uint32_t idx);
-  bool has_destroy_parts(uint32_t idx) const;
-  bool finish_destroys();  // the deferred destroys whose edges are met; true if any ended
   bool waits_for_itself(uint32_t ring) const;  // ring's staged entry closes a cycle of waits
   bool chaos_hold(bool& armed, uint64_t& until);
   Status dispatch(uint32_t ring, const Entry& e, uint64_t pos);
@@ -162,7 +142,6 @@ class Worker {
   std::function<void()> deferred_reply(uint32_t s, uint64_t seq);
   Status resolve(MemKind kind, uint32_t ring, uint64_t addr, uint64_t size, MemOperand* out);
   Status check_device_range(uint64_t addr, uint64_t size) const;
-  Status event_index(uint64_t handle, uint32_t* index) const;
   static constexpr uint64_t kCurrentEpoch = ~uint64_t{0};
   void reply(uint32_t slot, uint64_t seq, Status s, uint64_t r0 = 0, uint64_t r1 = 0, uint64_t epoch = kCurrentEpoch);
   void async_error(const OpTag& tag, Status s);
@@ -186,9 +165,7 @@ class Worker {
   static constexpr uint32_t kNoRingBound = 0xffffffffu;
   std::vector<uint8_t> stream_device_;  // per stream id: its device (legacy stream d: d)
   std::array<uint32_t, kMaxDevices> peers_{};  // per device: bit p = peer access to device p enabled by this guest
-  std::vector<EventState> events_;
-  std::vector<uint32_t> free_events_;
-  std::vector<DeferredDestroy> destroys_;
+  EventTable events_;
   std::map<uint64_t, uint64_t> allocations_;  // device address -> size, this guest's only
   // Device variables of this guest's modules: address -> (size, module). Copies
   // may target them; Free may not.

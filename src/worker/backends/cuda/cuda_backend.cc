@@ -64,7 +64,6 @@ namespace {
 namespace ordo::cuda {
 namespace {
 
-constexpr uint32_t kMaxEvents = 65536;
 constexpr size_t kMaxModules = 4096;  // live at once
 constexpr uint32_t kMaxNotifyStreams = 64;  // one per guest thread that can wait at once (slot_count)
 constexpr uint64_t kMaxBlockThreads = 1024;
@@ -368,7 +367,7 @@ class CudaBackend final : public Backend {
   }
 
   Status event_create(uint32_t event, uint32_t device, uint32_t flags) override {
-    if (event >= kMaxEvents || (flags & ~kEventFlags)) return Status::kInvalidValue;
+    if (event >= kMaxBackendEvents || (flags & ~kEventFlags)) return Status::kInvalidValue;
     if (device >= device_count()) return Status::kInvalidDevice;
     std::lock_guard lk(mu_);
     if (events_.count(event)) return Status::kInvalidResourceHandle;

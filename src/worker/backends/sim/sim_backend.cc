@@ -65,7 +65,6 @@ namespace ordo::sim {
 
 namespace {
 
-constexpr uint32_t kMaxEvents = 65536;
 constexpr uint32_t kMaxKernels = 65536;
 constexpr uint64_t kMaxAllocBytes = uint64_t{64} << 30;
 constexpr uint64_t kAllocAlign = 256;
@@ -486,7 +485,7 @@ class Device final : public Backend {
   }
 
   Status event_create(uint32_t event, uint32_t device, uint32_t flags) override {
-    if (event >= kMaxEvents || device >= devices_) return Status::kInvalidValue;
+    if (event >= kMaxBackendEvents || device >= devices_) return Status::kInvalidValue;
     std::lock_guard lk(mu_);
     auto [it, inserted] = events_.try_emplace(event);
     if (!inserted) return Status::kInvalidResourceHandle;

@@ -1,0 +1,202 @@
+#include "event_table.h"
+
+#include <algorithm>
+
+namespace ordo {
+
+Status EventTable::create(uint32_t device, uint32_t flags, uint64_t* handle) {
+  uint32_t idx;
+  if (!free_.empty()) {
+    idx = free_.back();
+    free_.pop_back();
+  } else if (events_.size() < kMaxEvents) {
+    idx = uint32_t(events_.size());
+    events_.emplace_back();
+  } else {
+    return Status::kMemoryAllocation;
+  }
+  // An event's first backend event has the event's index as its id.
+  if (Status st = backend_.event_create(idx, device, flags); !ok(st)) {
+    free_.push_back(idx);
+    return st;
+  }
+  Event& ev = events_[idx];
+  ev.live = true;
+  ev.destroying = false;
+  ev.device = uint8_t(device);
+  ev.flags = flags;
+  ev.records.assign(1, Record{0, idx});
+  ev.spare.clear();
+  *handle = uint64_t{ev.generation} << kGenShift | idx;
+  return Status::kSuccess;
+}
+
+Status EventTable::find(uint64_t handle, uint32_t* idx) const {
+  const uint32_t i = uint32_t(handle);
+  if (i >= events_.size() || !events_[i].live || events_[i].destroying ||
+      events_[i].generation != uint32_t(handle >> kGenShift))
+    return Status::kInvalidResourceHandle;
+  *idx = i;
+  return Status::kSuccess;
+}
+
+Status EventTable::find(uint64_t handle, uint64_t number, uint32_t* idx) const {
+  const uint32_t i = uint32_t(handle);
+  if (i >= events_.size() || !events_[i].live || events_[i].generation != uint32_t(handle >> kGenShift) ||
+      (events_[i].destroying && number > events_[i].last))
+    return Status::kInvalidResourceHandle;
+  *idx = i;
+  return Status::kSuccess;
+}
+
+EventTable::Record* EventTable::at(Event& ev, uint64_t number) {
+  for (Record& r : ev.records)
+    if (r.number == number) return &r;
+  if (ev.records.size() >= kMaxRecords) return nullptr;
+  return &ev.records.emplace_back(Record{number});
+}
+
+size_t EventTable::newest(const Event& ev) const {
+  size_t best = ev.records.size();
+  for (size_t i = 0; i < ev.records.size(); ++i)
+    if (ev.records[i].backend != kNone && (best == ev.records.size() || ev.records[i].number > ev.records[best].number))
+      best = i;
+  return best;
+}
+
+void EventTable::drop(uint32_t backend) {
+  backend_.event_destroy(backend);  // CUDA keeps work already enqueued on it
+  if (backend >= kMaxEvents) free_extra_.push_back(backend);
+}
+
+void EventTable::collect(Event& ev) {
+  // The newest dispatched record stays: requests that lost a race with a
+  // re-record fall back to it, and the next record takes its backend event.
+  // An extra backend event goes back to all events at once, so that only
+  // records with waits still to come hold extras.
+  const size_t keep = newest(ev);
+  const uint64_t keep_number = keep < ev.records.size() ? ev.records[keep].number : 0;
+  std::erase_if(ev.records, [&](const Record& r) {
+    if (r.number == keep_number || !r.done()) return false;
+    if (r.backend < kMaxEvents) ev.spare.push_back(r.backend);  // the event's own: at most one
+    else drop(r.backend);
+    return true;
+  });
+}
+
+Status EventTable::record(uint32_t idx, uint64_t number, uint64_t waits_before, uint32_t* backend) {
+  Event& ev = events_[idx];
+  if (!versioned_) {
+    *backend = ev.records.front().backend;
+    return Status::kSuccess;
+  }
+  if (number > 0) {
+    Record* prev = at(ev, number - 1);
+    if (!prev) return Status::kNotReady;
+    prev->closed = true;
+    prev->expected = waits_before;
+  }
+  collect(ev);
+  Record* r = at(ev, number);
+  if (!r) return Status::kNotReady;
+  if (r->backend != kNone) {  // a number seen before (only a hostile guest repeats one)
+    *backend = r->backend;
+    return Status::kSuccess;
+  }
+  const uint64_t n = r->number;
+  // The common case: the record this one replaces has no wait left to
+  // dispatch, and its backend event takes this record (as CUDA re-records in
+  // place). The event's own backend event first, so an extra one goes back.
+  if (!ev.spare.empty()) {
+    r->backend = ev.spare.back();
+    ev.spare.pop_back();
+  } else if (const size_t k = newest(ev);
+             k < ev.records.size() && ev.records[k].number < n && ev.records[k].done()) {
+    const uint32_t b = ev.records[k].backend;
+    ev.records.erase(ev.records.begin() + ptrdiff_t(k));
+    at(ev, n)->backend = b;
+  } else {
+    uint32_t b;
+    if (!free_extra_.empty()) {
+      b = free_extra_.back();
+      free_extra_.pop_back();
+    } else if (extra_made_ < kMaxExtraEvents) {
+      b = kMaxEvents + extra_made_++;
+    } else {
+      return Status::kNotReady;
+    }
+    if (Status st = backend_.event_create(b, ev.device, ev.flags); !ok(st)) {
+      free_extra_.push_back(b);
+      return st;
+    }
+    r->backend = b;
+  }
+  *backend = at(ev, n)->backend;
+  return Status::kSuccess;
+}
+
+void EventTable::waited(uint32_t idx, uint64_t number) {
+  if (!versioned_) return;
+  Event& ev = events_[idx];
+  for (Record& r : ev.records)
+    if (r.number == number && r.backend != kNone) {
+      ++r.waited;
+      return;
+    }
+}
+
+void EventTable::settle(uint32_t idx) {
+  Event& ev = events_[idx];
+  if (!ev.live) return;
+  if (versioned_) collect(ev);
+  if (!ev.destroying || !std::all_of(ev.records.begin(), ev.records.end(), [](const Record& r) { return r.done(); }))
+    return;
+  for (const Record& r : ev.records) drop(r.backend);
+  for (uint32_t b : ev.spare) drop(b);
+  ev.records.clear();
+  ev.spare.clear();
+  ev.live = false;
+  ev.destroying = false;
+  ++ev.generation;
+  free_.push_back(idx);
+}
+
+uint32_t EventTable::backend_of(uint32_t idx, uint64_t number) const {
+  const Event& ev = events_[idx];
+  for (const Record& r : ev.records)
+    if (r.number == number && r.backend != kNone) return r.backend;
+  return ev.records[newest(ev)].backend;  // one is always dispatched: record 0 from the create
+}
+
+Status EventTable::destroy(uint64_t handle, uint64_t number, uint64_t waits) {
+  uint32_t idx;
+  if (Status st = find(handle, &idx); !ok(st)) return st;
+  Event& ev = events_[idx];
+  ev.destroying = true;
+  ev.last = number;
+  if (versioned_) {
+    if (Record* r = at(ev, number)) {
+      r->closed = true;
+      r->expected = waits;
+    }
+  } else {
+    for (Record& r : ev.records) r.closed = true;
+  }
+  settle(idx);
+  return Status::kSuccess;
+}
+
+void EventTable::reset() {
+  for (Event& ev : events_) {
+    if (!ev.live) continue;
+    for (const Record& r : ev.records)
+      if (r.backend != kNone) backend_.event_destroy(r.backend);
+    for (uint32_t b : ev.spare) backend_.event_destroy(b);
+  }
+  events_.clear();
+  free_.clear();
+  free_extra_.clear();
+  extra_made_ = 0;
+}
+
+}  // namespace ordo
