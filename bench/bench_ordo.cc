@@ -33,6 +33,7 @@
 #include "worker/backend.h"
 #include "worker/backends/null/null_backend.h"
 #include "worker/worker.h"
+#include "transport/ring.h"
 
 namespace {
 

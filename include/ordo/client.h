@@ -187,13 +187,13 @@ class Client {
   inline uint64_t push_launch_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const uint64_t (&arg)[6]);
   inline void mark_errors(ThreadState& t);
   using EdgeList = boost::container::small_vector<Edge, 16>;
-  uint64_t push_launch_edges_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const uint64_t (&arg)[6],
+  uint64_t push_launch_edges_locked(ThreadState& t, Ring& g, uint32_t stream, const uint64_t (&arg)[6],
                                     const EdgeList& edges);
-  uint64_t push_edges_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call,
+  uint64_t push_edges_locked(ThreadState& t, Ring& g, uint32_t stream, const Entry& call,
                              const EdgeList& edges);
-  void write_entry(Ring& g, uint32_t r, const Entry& e);
-  inline Entry* claim_slot(Ring& g, uint32_t r);  // the slot at g.tail once it is free; nullptr: session lost
-  inline void commit_slot(Ring& g);               // the entry at g.tail is published
+  void write_entry(Ring& g, const Entry& e);
+  inline Entry* claim_slot(Ring& g);  // the slot at the ring's tail once it is free; nullptr: session lost
+  inline void commit_slot(Ring& g);   // the entry just published: tell the worker and other threads
   inline void legacy_edges(Ring& g, uint32_t r, uint32_t stream, EdgeList* edges);
   bool alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset);
   bool try_alloc_staging(Ring& g, uint32_t r, uint64_t size, uint64_t* offset);  // size 16-aligned; no wait

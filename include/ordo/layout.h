@@ -92,47 +92,8 @@ struct alignas(kCacheLine) Entry {
 };
 static_assert(sizeof(Entry) == 128 && offsetof(Entry, edges) == kCacheLine);
 
-inline constexpr size_t kRingEntryShift = 7;  // log2(sizeof(Entry))
-
-// A ring has no tail index: an entry says itself that it is published. Its
-// first 8 bytes (op, flags, edge_count, lap) are stored last, in one release
-// store, and `lap` then names the lap of the ring its position is on. The
-// slot holds the lap before until then (0 before the first: the worker zeroes
-// the words when a session attaches), so the worker polls the slot at its head
-// and finds the entry and the news of it on one line: a launch hands the
-// worker's core one line, not an entry line and an index line.
-constexpr uint8_t entry_lap(uint64_t pos, uint32_t capacity) {
-  return uint8_t((pos >> std::countr_zero(capacity)) + 1);
-}
-
-inline std::atomic_ref<uint64_t> entry_word(Entry* slot) {
-  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot));
-}
-
-static_assert(std::endian::native == std::endian::little, "entry words are read as x86 stores them");
-constexpr uint8_t word_lap(uint64_t word) { return uint8_t(word >> (8 * offsetof(Entry, lap))); }
-constexpr uint64_t with_lap(uint64_t word, uint8_t lap) {
-  return (word & ~(uint64_t{0xff} << (8 * offsetof(Entry, lap)))) | uint64_t{lap} << (8 * offsetof(Entry, lap));
-}
-
-// Publishes the entry whose other bytes are written in `slot`: `word` is its
-// first 8 bytes, with the lap of its position (with_lap).
-inline void publish_word(Entry* slot, uint64_t word) {
-  // On a write-combined BAR mapping the release store alone does not order the
-  // entry's other stores before it: the fence does.
-  _mm_sfence();
-  entry_word(slot).store(word, std::memory_order_release);
-}
-
-// Writes `e` into `slot` as the entry at `pos` of a ring of `capacity` entries.
-inline void publish_entry(Entry* slot, const Entry& e, uint64_t pos, uint32_t capacity) {
-  // Fixed sizes: a memcpy of a size known only at run time is a `rep movs`.
-  std::memcpy(reinterpret_cast<char*>(slot) + 8, reinterpret_cast<const char*>(&e) + 8, kCacheLine - 8);
-  if (e.edge_count) std::memcpy(slot->edges, e.edges, sizeof e.edges);
-  uint64_t word;
-  std::memcpy(&word, &e, sizeof word);
-  publish_word(slot, with_lap(word, entry_lap(pos, capacity)));
-}
+// The ring protocol over these bytes (laps, publishing, both ends):
+// src/transport/ring.h.
 
 // Control block of one SPSC ring, an index per cache line. The guest caches
 // `head` in private memory; the worker keeps its own head and never reads one

@@ -14,6 +14,8 @@
 #include <random>
 #include <unordered_map>
 
+#include "transport/ring.h"
+
 namespace ordo {
 
 namespace bip = boost::interprocess;
@@ -62,8 +64,7 @@ class TightSleeps {
 // Guest-private state of one ring. Nothing here is visible to the worker.
 struct Client::Ring {
   std::mutex mu;                       // producers on this ring's streams
-  uint64_t tail = 0;                   // next position to write
-  uint64_t head_cache = 0;             // worker's head as last read
+  RingWriter writer;                   // tail(): the next position to write
   std::atomic<uint64_t> published{0};  // tail, for other threads' edge snapshots
   uint32_t live = 0;                   // guarded by rings_mu_: streams on this ring
   uint64_t released_end = 0;           // guarded by rings_mu_: the fence before the last stream's destroy
@@ -203,9 +204,9 @@ Client::Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t s
   rings_.reserve(l.ring_count);
   for (uint32_t r = 0; r < l.ring_count; ++r) {
     auto g = std::make_unique<Ring>();
-    g->tail = g->head_cache = region_->ring(r).head.load(std::memory_order_acquire);
-    g->published.store(g->tail);
-    g->fence_end = g->tail;
+    g->writer = RingWriter(region_->entries(r), l.ring_capacity, &region_->ring(r));
+    g->published.store(g->writer.tail());
+    g->fence_end = g->writer.tail();
     rings_.push_back(std::move(g));
   }
   legacy_covered_[0].assign(l.ring_count, 0);
@@ -566,35 +567,30 @@ Status Client::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) {
   return true;
 }
 
-[[gnu::always_inline]] inline Entry* Client::claim_slot(Ring& g, uint32_t r) {
-  const uint64_t cap = region_->layout().ring_capacity;
-  if (g.tail - g.head_cache >= cap) [[unlikely]] {
-    RingControl& ctl = region_->ring(r);
-    g.head_cache = ctl.head.load(std::memory_order_acquire);
-    if (g.tail - g.head_cache >= cap) {
-      notify_worker();
-      // Backpressure: the worker dispatches without guest help (edges point back), so this ends.
-      if (!ok(wait_worker(ctl.head, g.tail - cap + 1))) return nullptr;  // session lost: finish() says so
-      g.head_cache = ctl.head.load(std::memory_order_acquire);
-    }
+[[gnu::always_inline]] inline Entry* Client::claim_slot(Ring& g) {
+  Entry* slot = g.writer.claim();
+  if (!slot) [[unlikely]] {
+    notify_worker();
+    // Backpressure: the worker dispatches without guest help (edges point back), so this ends.
+    if (!ok(wait_worker(g.writer.head(), g.writer.room_at()))) return nullptr;  // session lost: finish() says so
+    slot = g.writer.claim();
   }
-  return &region_->entries(r)[g.tail & (cap - 1)];
+  return slot;
 }
 
 [[gnu::always_inline]] inline void Client::commit_slot(Ring& g) {
-  ++g.tail;
   // After notify_worker's sfence: on a write-combined BAR mapping the entry's
   // publishing store may otherwise still wait in this core's write-combining
   // buffer when another thread reads `published`, names the entry in an edge,
   // and the worker rejects that edge as naming an unpublished entry.
   notify_worker();
-  g.published.store(g.tail, std::memory_order_release);
+  g.published.store(g.writer.tail(), std::memory_order_release);
 }
 
-void Client::write_entry(Ring& g, uint32_t r, const Entry& e) {
-  Entry* slot = claim_slot(g, r);
+void Client::write_entry(Ring& g, const Entry& e) {
+  Entry* slot = claim_slot(g);
   if (!slot) return;
-  publish_entry(slot, e, g.tail, uint32_t(region_->layout().ring_capacity));
+  g.writer.publish(slot, e);
   commit_slot(g);
 }
 
@@ -647,7 +643,7 @@ uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t strea
   EdgeList edges;
   for (unsigned k = 0; k < call.edge_count && k < kMaxEdges; ++k) edges.push_back(call.edges[k]);
   if (opt_.ordered && info(static_cast<Op>(call.op)).order != Order::None) legacy_edges(g, r, stream, &edges);
-  return push_edges_locked(t, g, r, stream, call, edges);
+  return push_edges_locked(t, g, stream, call, edges);
 }
 
 uint64_t Client::push_event_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call,
@@ -668,7 +664,7 @@ uint64_t Client::push_event_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t
     legacy_edges(g, r, stream, &edges);
     if (!record && ev.recorded) edges.push_back(ev.record);
   }
-  const uint64_t pos = push_edges_locked(t, g, r, stream, e, edges);
+  const uint64_t pos = push_edges_locked(t, g, stream, e, edges);
   if (record) {
     ev.recorded = true;
     ev.record = {r, 0, pos + 1};
@@ -680,7 +676,7 @@ uint64_t Client::push_event_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t
   return pos;
 }
 
-uint64_t Client::push_edges_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call,
+uint64_t Client::push_edges_locked(ThreadState& t, Ring& g, uint32_t stream, const Entry& call,
                                    const EdgeList& edges) {
   // By reference, then copied: a 64-byte-aligned argument passed by value is
   // copied with `rep movs`, on every call.
@@ -696,12 +692,12 @@ uint64_t Client::push_edges_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t
     nop.stream = stream;
     nop.edge_count = kMaxEdges;
     for (uint32_t k = 0; k < kMaxEdges; ++k) nop.edges[k] = edges[i++];
-    write_entry(g, r, nop);
+    write_entry(g, nop);
   }
   e.edge_count = uint8_t(edges.size() - i);
   for (uint32_t k = 0; i < edges.size(); ++k) e.edges[k] = edges[i++];
-  const uint64_t pos = g.tail;
-  write_entry(g, r, e);
+  const uint64_t pos = g.writer.tail();
+  write_entry(g, e);
   t.last_pos = pos;
   return pos;
 }
@@ -718,25 +714,25 @@ uint64_t Client::push_edges_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t
   mark_errors(t);
   EdgeList edges;
   if (opt_.ordered) legacy_edges(g, r, stream, &edges);
-  if (!edges.empty()) [[unlikely]] return push_launch_edges_locked(t, g, r, stream, arg, edges);
-  Entry* slot = claim_slot(g, r);
-  t.last_pos = g.tail;
+  if (!edges.empty()) [[unlikely]] return push_launch_edges_locked(t, g, stream, arg, edges);
+  Entry* slot = claim_slot(g);
+  t.last_pos = g.writer.tail();
   if (!slot) return t.last_pos;  // session lost: finish() says so
   const uint64_t who = t.err_slot | uint64_t{stream} << 32;
   std::memcpy(reinterpret_cast<char*>(slot) + offsetof(Entry, thread), &who, sizeof who);  // thread, stream
   for (int k = 0; k < 6; k += 2)
     _mm_store_si128(reinterpret_cast<__m128i*>(&slot->arg[k]), _mm_set_epi64x(int64_t(arg[k + 1]), int64_t(arg[k])));
-  publish_word(slot, with_lap(uint64_t(Op::Launch), entry_lap(g.tail, uint32_t(region_->layout().ring_capacity))));
+  g.writer.publish_in_place(slot, uint64_t(Op::Launch));
   commit_slot(g);
   return t.last_pos;
 }
 
-uint64_t Client::push_launch_edges_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream,
+uint64_t Client::push_launch_edges_locked(ThreadState& t, Ring& g, uint32_t stream,
                                           const uint64_t (&arg)[6], const EdgeList& edges) {
   Entry e{};
   e.op = uint16_t(Op::Launch);
   std::copy(std::begin(arg), std::end(arg), e.arg);
-  return push_edges_locked(t, g, r, stream, e, edges);
+  return push_edges_locked(t, g, stream, e, edges);
 }
 
 uint64_t Client::push_fence_locked(ThreadState& t, Ring& g, uint32_t r) {
@@ -745,9 +741,9 @@ uint64_t Client::push_fence_locked(ThreadState& t, Ring& g, uint32_t r) {
   const uint64_t keep = t.last_pos;  // a fence is bookkeeping, not the caller's call
   push_locked(t, g, r, kLegacyStreamId, e, nullptr);  // a fence covers the ring, whatever stream it names
   t.last_pos = keep;
-  g.fence_end = g.tail;
+  g.fence_end = g.writer.tail();
   g.fence_stage = g.stage_tail;
-  return g.tail;
+  return g.fence_end;
 }
 
 Status Client::wait_completed(uint32_t r, uint64_t pos) { return wait_worker(region_->ring(r).completed, pos); }
@@ -777,7 +773,7 @@ bool Client::alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, u
   if (size > region_->layout().staging_per_ring / 2) return false;
   while (!try_alloc_staging(g, r, size, offset)) {
     // Full: staging comes back as entries complete, which we learn at fences.
-    if (g.fence_end < g.tail) push_fence_locked(t, g, r);
+    if (g.fence_end < g.writer.tail()) push_fence_locked(t, g, r);
     const uint64_t want = g.stage_marks.empty() ? g.fence_end : g.stage_marks.front().first + 1;
     if (!ok(wait_completed(r, want))) return false;
   }
@@ -957,7 +953,7 @@ Status Client::release_stream(ThreadState& t, Stream s) {
   std::lock_guard rl(g.mu);
   // CUDA defers the destroy: the stream's work still runs. The fence lets the
   // ring's later fences (device-wide waits) cover that work once the stream is gone.
-  if (g.fence_end != g.tail) push_fence_locked(t, g, r);
+  if (g.fence_end != g.writer.tail()) push_fence_locked(t, g, r);
   const uint32_t d = st.device.load(std::memory_order_relaxed);
   g.on[d].end.store(g.fence_end, std::memory_order_release);
   g.on[d].live.fetch_sub(1, std::memory_order_release);
@@ -1050,8 +1046,8 @@ Status Client::stream_query(Stream s) {
     return finish(t, Status::kSuccess);
   }
   std::lock_guard lock(b.g->mu);
-  if (region_->ring(b.r).completed.load(std::memory_order_acquire) >= b.g->tail) return finish(t, Status::kSuccess);
-  if (b.g->fence_end != b.g->tail) push_fence_locked(t, *b.g, b.r);
+  if (region_->ring(b.r).completed.load(std::memory_order_acquire) >= b.g->writer.tail()) return finish(t, Status::kSuccess);
+  if (b.g->fence_end != b.g->writer.tail()) push_fence_locked(t, *b.g, b.r);
   return finish(t, Status::kNotReady);
 }
 
@@ -1658,8 +1654,9 @@ void Client::fence_target(ThreadState& t, uint32_t r, std::vector<std::pair<uint
   // Ring-wide: a fence waits for every stream on the ring, destroyed ones included.
   Ring& g = *rings_[r];
   std::lock_guard lock(g.mu);
-  if (region_->ring(r).completed.load(std::memory_order_acquire) >= g.tail) return;
-  targets->push_back({r, g.fence_end == g.tail ? g.tail : push_fence_locked(t, g, r)});
+  const uint64_t tail = g.writer.tail();
+  if (region_->ring(r).completed.load(std::memory_order_acquire) >= tail) return;
+  targets->push_back({r, g.fence_end == tail ? tail : push_fence_locked(t, g, r)});
 }
 
 void Client::presence_target(ThreadState& t, uint32_t r, uint32_t device, bool blocking_only,

@@ -105,14 +105,8 @@ Worker::~Worker() {
 
 void Worker::fresh_ring(uint32_t r) {
   rings_[r] = RingState{};
-  rings_[r].slots = region_.entries(r);
+  rings_[r].reader = RingReader(region_.entries(r), layout_.ring_capacity, &region_.ring(r));
   rings_[r].fences = std::make_shared<FenceQueue>(&region_.ring(r));
-}
-
-bool Worker::published(uint32_t r, uint64_t pos, uint64_t* word) const {
-  Entry* slot = &rings_[r].slots[pos & (layout_.ring_capacity - 1)];
-  *word = entry_word(slot).load(std::memory_order_acquire);
-  return word_lap(*word) == entry_lap(pos, layout_.ring_capacity);
 }
 
 void Worker::log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why) {
@@ -156,7 +150,7 @@ Status Worker::check_edges(const Entry& e, uint32_t own_ring, std::string* why) 
                                                       (edge.ring % 64)) &
                                                      1);
       uint64_t word;
-      seen = open && edge.pos - head <= layout_.ring_capacity && published(edge.ring, edge.pos - 1, &word);
+      seen = open && edge.pos - head <= layout_.ring_capacity && rings_[edge.ring].reader.published(edge.pos - 1, &word);
     }
     if (!seen) {
       *why = "edge to ring " + std::to_string(edge.ring) + " position " + std::to_string(edge.pos) +
@@ -225,21 +219,14 @@ bool Worker::poll_ring(uint32_t r) {
   bool progressed = false;
   for (uint32_t n = 0; n < kBatch; ++n) {
     uint64_t word = 0;
-    if (!rs.staged && !published(r, rs.head, &word)) break;
+    if (!rs.staged && !rs.reader.published(rs.head, &word)) break;
     if (rs.hold) {
       // A host function: the ring goes on once the guest ran it.
       if (rs.held()) break;
       rs.hold = nullptr;
     }
     if (!rs.staged) {
-      // Copy once, then validate and use only the copy (no double fetch): the
-      // first 8 bytes are the word whose lap said the entry is there. The
-      // edges' line only when the copied count says there are edges: the
-      // guest writes it only then.
-      const Entry& slot = rs.slots[rs.head & (layout_.ring_capacity - 1)];
-      std::memcpy(&rs.entry, &slot, kCacheLine);
-      std::memcpy(&rs.entry, &word, sizeof word);
-      if (rs.entry.edge_count) std::memcpy(rs.entry.edges, slot.edges, sizeof rs.entry.edges);
+      rs.reader.copy(rs.head, word, &rs.entry);  // then validate and use only the copy
       std::string why;
       Status s = check_entry(rs.entry, Path::Ring, layout_, &why);
       if (ok(s)) s = check_edges(rs.entry, r, &why);
@@ -289,10 +276,7 @@ bool Worker::poll_ring(uint32_t r) {
     ++rs.head;
     progressed = true;
   }
-  if (rs.head != rs.published) {
-    rs.published = rs.head;
-    region_.ring(r).head.store(rs.head, std::memory_order_release);
-  }
+  rs.reader.release(rs.head);
   return progressed;
 }
 
@@ -792,14 +776,7 @@ bool Worker::poll_slots() {
 void Worker::attach_session(uint64_t session) {
   // The guest waits for attached_session before touching the rings, so the
   // shared state can be reset here without racing it.
-  for (uint32_t r = 0; r < layout_.ring_count; ++r) {
-    RingControl& ctl = region_.ring(r);
-    ctl.head.store(0, std::memory_order_relaxed);
-    ctl.completed.store(0, std::memory_order_relaxed);
-    // Positions start again at 0, whose lap no slot may show yet.
-    Entry* entries = region_.entries(r);
-    for (uint32_t i = 0; i < layout_.ring_capacity; ++i) entry_word(&entries[i]).store(0, std::memory_order_relaxed);
-  }
+  for (uint32_t r = 0; r < layout_.ring_count; ++r) rings_[r].reader.reset();
   for (uint32_t i = 0; i < layout_.slot_count; ++i) {
     ReplySlot& slot = region_.slot(i);
     slot.request.seq.store(0, std::memory_order_relaxed);
@@ -945,7 +922,7 @@ bool Worker::poll_once() {
       // An idle ring costs one load here, not a call (its head was published
       // when it was last busy).
       uint64_t word;
-      if (rings_[r].staged || published(r, rings_[r].head, &word)) progressed |= poll_ring(r);
+      if (rings_[r].staged || rings_[r].reader.published(rings_[r].head, &word)) progressed |= poll_ring(r);
     }
   }
   // Slots whose edges just became ready by the ring pass.

@@ -23,6 +23,7 @@
 #include "ordo/ops.h"
 #include "ordo/region.h"
 #include "trace.h"
+#include "transport/ring.h"
 
 namespace ordo {
 
@@ -85,9 +86,8 @@ class Worker {
 
  private:
   struct RingState {
-    Entry* slots = nullptr;   // the ring's entries in the region
+    RingReader reader;
     uint64_t head = 0;        // next position to dispatch == entries dispatched
-    uint64_t published = 0;   // head as last stored to shared memory
     bool staged = false;      // `entry` holds a validated copy of position head
     bool chaos_armed = false;
     uint64_t chaos_until_ns = 0;
@@ -147,8 +147,6 @@ class Worker {
   void async_error(const OpTag& tag, Status s);
   void log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why);
   void fresh_ring(uint32_t r);  // a ring's state as a new session finds it
-  // Whether the entry at `pos` of ring r is published; `word` gets its first 8 bytes.
-  bool published(uint32_t r, uint64_t pos, uint64_t* word) const;
   void check_session(uint64_t now_ns);
   void reset_session();
   void attach_session(uint64_t session);

@@ -18,6 +18,7 @@
 #include "ordo/region.h"
 #include "worker/backends/null/null_backend.h"
 #include "worker/worker.h"
+#include "transport/ring.h"
 
 namespace {
 
