@@ -25,6 +25,7 @@
 #include "ordo/sim.h"
 #include "worker/backend.h"
 #include "worker/worker.h"
+#include "transport/reply_slot.h"
 #include "transport/ring.h"
 
 namespace ordo::test {

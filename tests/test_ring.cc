@@ -42,7 +42,7 @@ Entry numbered(uint64_t n) {
 // Every entry arrives once, whole, in order, across many laps of a small ring
 // whose writer keeps finding it full (run under TSan too).
 TEST(Ring, TwoThreadsPassEveryEntryInOrder) {
-  constexpr uint64_t kCount = 200000;
+  constexpr uint64_t kCount = 100000;
   Ring ring(8);
   std::thread writer([&] {
     for (uint64_t n = 0; n < kCount; ++n) {

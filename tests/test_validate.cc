@@ -30,6 +30,7 @@
 #include "ordo/ops.h"
 #include "ordo/sim.h"
 #include "worker/validate.h"
+#include "transport/reply_slot.h"
 #include "transport/ring.h"
 
 namespace ordo::test {

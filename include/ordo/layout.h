@@ -141,19 +141,8 @@ struct ReplySlot {
 };
 static_assert(sizeof(ReplySlot) == 768);
 
-// Writes a sync request and publishes it as number `seq`. `e.thread` and
-// `e.stream` are not carried (see SlotRequest).
-inline void write_request(ReplySlot& s, const Entry& e, uint64_t seq) {
-  s.request.op = e.op;
-  s.request.flags = e.flags;
-  s.request.edge_count = e.edge_count;
-  for (unsigned k = 0; k < e.edge_count && k < kMaxEdges; ++k) s.edges[k] = e.edges[k];
-  for (unsigned k = 0; k < 6; ++k) s.request.arg[k] = e.arg[k];
-  // On a write-combined BAR mapping the release store alone does not order the
-  // request's stores (and the payload's before them) before seq: the sfence does.
-  _mm_sfence();
-  s.request.seq.store(seq, std::memory_order_release);
-}
+// Both ends of a reply slot (write a request, take it, answer it):
+// src/transport/reply_slot.h.
 
 // A host function's handshake (HostFunc), in the pinned heap: the worker says
 // the stream reached it, the guest's runner thread runs the function and says

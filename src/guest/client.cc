@@ -14,6 +14,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "transport/reply_slot.h"
 #include "transport/ring.h"
 
 namespace ordo {
@@ -1857,10 +1858,8 @@ Status Client::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payl
   if (!s.watched.load(std::memory_order_relaxed)) post_slot(region_->header(), slot);
   notify_worker();
   if (Status st = wait_worker(s.reply_seq, seq); !ok(st)) return st;
-  if (r0) *r0 = s.result[0];
-  if (r1) *r1 = s.result[1];
   if (reply_payload) std::memcpy(reply_payload, s.payload, std::min(reply_size, kSlotPayload));
-  return Status(s.status);
+  return read_reply(s, r0, r1);
 }
 
 }  // namespace ordo

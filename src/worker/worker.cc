@@ -444,12 +444,7 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
 
 void Worker::reply(uint32_t s, uint64_t seq, Status st, uint64_t r0, uint64_t r1, uint64_t epoch) {
   ReplySlot& slot = region_.slot(s);
-  auto write = [&] {
-    slot.status = int32_t(st);
-    slot.result[0] = r0;
-    slot.result[1] = r1;
-    slot.reply_seq.store(seq, std::memory_order_release);
-  };
+  auto write = [&] { write_reply(slot, seq, st, r0, r1); };
   // Backend threads answer EventSynchronize and StreamSynchronize; the
   // dispatch thread answers the rest. A guest that posts without waiting could
   // make both write one slot, so they take error_mu_, except the dispatch
@@ -467,34 +462,13 @@ bool Worker::try_slot(uint32_t s) {
   SlotState& ss = slots_[s];
   ReplySlot& slot = region_.slot(s);
   if (!ss.staged) {
-    const uint64_t seq = slot.request.seq.load(std::memory_order_acquire);
-    if (seq == ss.taken) return false;
+    uint64_t seq;
+    if (!take_request(slot, s, ss.taken, &ss.entry, &seq)) return false;  // then validate and use only the copy
     ss.taken = seq;
     ss.seq = seq;
     ss.active = true;
     if (ss.watch == Watch::kLeaving) watch(s);
     bump(counters_.slot_requests);
-    // Copied out once, then only the copy is read.
-    struct {
-      uint64_t seq;
-      uint16_t op, flags;
-      uint8_t edge_count, reserved[3];
-      uint64_t arg[6];
-    } req;
-    static_assert(sizeof req == sizeof(SlotRequest) && offsetof(decltype(req), arg) == offsetof(SlotRequest, arg));
-    std::memcpy(&req, &slot.request, sizeof req);
-    // Field by field: `ss.entry = Entry{}` compiled to a `rep stos`, a third
-    // of the worker's own cost of a null call.
-    Entry& en = ss.entry;
-    en.op = req.op;
-    en.flags = req.flags;
-    en.edge_count = req.edge_count;
-    std::memset(en.reserved0, 0, sizeof en.reserved0);
-    en.thread = s;
-    en.stream = 0;
-    if (req.edge_count) std::memcpy(en.edges, slot.edges, sizeof en.edges);
-    else std::memset(en.edges, 0, sizeof en.edges);
-    std::memcpy(en.arg, req.arg, sizeof req.arg);
     std::string why;
     Status st = check_entry(ss.entry, Path::Slot, layout_, &why);
     if (ok(st)) st = check_edges(ss.entry, kMaxRings, &why);

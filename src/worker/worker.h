@@ -23,6 +23,7 @@
 #include "ordo/ops.h"
 #include "ordo/region.h"
 #include "trace.h"
+#include "transport/reply_slot.h"
 #include "transport/ring.h"
 
 namespace ordo {

@@ -20,6 +20,7 @@
 #include "ordo/client.h"
 #include "ordo/sim.h"
 #include "scenarios.h"
+#include "transport/reply_slot.h"
 #include "transport/ring.h"
 
 using namespace ordo;
