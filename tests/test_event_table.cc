@@ -27,8 +27,9 @@ class CountingBackend : public NullBackend {
   uint32_t created = 0, misuse = 0;
 };
 
-class EventTableTest : public ::testing::Test {
- protected:
+// A table over a CountingBackend, as the worker drives it.
+struct Table {
+  explicit Table(uint64_t in_flight) : t_(be_, /*versioned=*/true, in_flight) {}
   uint64_t create() {
     uint64_t h = 0;
     EXPECT_EQ(t_.create(0, 0, &h), Status::kSuccess);
@@ -53,8 +54,20 @@ class EventTableTest : public ::testing::Test {
     t_.settle(i);
     return b;
   }
+  // As the worker: the status, and the backend event in *b.
+  Status try_record(uint64_t h, uint64_t number, uint64_t waits_before, uint32_t* b) {
+    const uint32_t i = idx(h, number);
+    const Status s = t_.record(i, number, waits_before, b);
+    t_.settle(i);
+    return s;
+  }
   CountingBackend be_;
-  EventTable t_{be_, /*versioned=*/true};
+  EventTable t_;
+};
+
+class EventTableTest : public ::testing::Test, public Table {
+ protected:
+  EventTableTest() : Table(1024) {}
 };
 
 TEST_F(EventTableTest, ARecordWhoseWaitsRanReusesTheBackendEvent) {
@@ -138,42 +151,103 @@ TEST_F(EventTableTest, ADestroyWaitsForItsLastRecord) {
   EXPECT_EQ(be_.misuse, 0u);
 }
 
-TEST_F(EventTableTest, WhenEveryExtraBackendEventIsInUseARecordWaits) {
-  std::vector<uint64_t> hs;
-  for (uint32_t k = 0; k < EventTable::kMaxExtraEvents; ++k) {
-    hs.push_back(create());
-    EXPECT_GE(record(hs.back(), 1, 1), kMaxEvents);  // a wait on the never-recorded state is to come
-  }
-  const uint64_t last = create();
-  record(last, 1, 1, Status::kNotReady);
-  EXPECT_EQ(t_.destroy(hs[0], 1, 0), Status::kSuccess);
-  wait(hs[0], 0);  // its last wait: the destroy is carried out and its extra event is free
-  EXPECT_GE(record(last, 1, 1), kMaxEvents);
+// Records of one event dispatched far ahead of their predecessors (one ring
+// polled before the others, 64 entries a pass): each is kept until the ones
+// before it and their waits were dispatched, however many (a fixed cap of 64
+// kept records once hung a worker here).
+TEST_F(EventTableTest, RecordsFarAheadOfTheirPredecessorsAreAllKept) {
+  const uint64_t h = create();
+  constexpr uint64_t kRecords = 400;
+  uint32_t b;
+  for (uint64_t first : {1, 2, 3, 4})  // ring P0's records, then P1's, ...
+    for (uint64_t n = first; n <= kRecords; n += 4) ASSERT_EQ(try_record(h, n, 1, &b), Status::kSuccess) << n;
+  for (uint64_t n = 0; n < kRecords; ++n) wait(h, n);  // one wait on each, issued before the next record
+  EXPECT_EQ(t_.destroy(h, kRecords, 0), Status::kSuccess);
+  EXPECT_TRUE(be_.live.empty()) << be_.live.size() << " backend events left";
   EXPECT_EQ(be_.misuse, 0u);
 }
 
-TEST_F(EventTableTest, AHostileGuestCannotGrowItWithoutBound) {
+// At the table's limits (only a guest that lies gets there; here a small
+// in-flight count stands in) a record is refused without changing anything:
+// asked again after a newer record went, it leaves no record behind that
+// nothing would dispatch, and the destroy is carried out.
+TEST(EventTableLimits, ARefusedRecordAskedAgainLeavesNothingBehind) {
+  for (int rounds : {1, 80}) {
+    Table t(8);
+    const uint64_t h = t.create();
+    uint32_t b;
+    uint64_t n = 0;
+    for (int round = 0; round < rounds; ++round) {
+      const uint64_t base = n;
+      while (t.try_record(h, n + 1, n == base ? 0 : 1, &b) == Status::kSuccess) ++n;  // waits on each held
+      ASSERT_GT(n, base) << "round " << round;
+      const uint64_t a = n + 1, c = n + 2;  // on rings A and C, both refused
+      EXPECT_EQ(t.try_record(h, c, 0, &b), Status::kNotReady);
+      for (uint64_t k = base + 1; k <= n; ++k) t.wait(h, k);  // the held waits go
+      ASSERT_EQ(t.try_record(h, c, 0, &b), Status::kSuccess) << "round " << round;  // ring C first
+      ASSERT_EQ(t.try_record(h, a, 1, &b), Status::kSuccess) << "round " << round;
+      t.wait(h, a);
+      n = c;
+    }
+    EXPECT_EQ(t.t_.destroy(h, n, 0), Status::kSuccess);
+    EXPECT_TRUE(t.be_.live.empty()) << "rounds " << rounds << ": " << t.be_.live.size() << " backend events left";
+    EXPECT_EQ(uint32_t(t.create()), uint32_t(h)) << "the destroyed event's index was never freed";
+    EXPECT_EQ(t.be_.misuse, 0u);
+  }
+}
+
+// A destroy that comes before its last record (held behind a host function)
+// while many records are kept: carried out once that record came.
+TEST_F(EventTableTest, ADestroyBeforeItsLastRecordAmongManyKept) {
   const uint64_t h = create();
-  // Records far ahead of any dispatched one, each leaving a placeholder.
-  const uint32_t i = uint32_t(h);
+  uint32_t b;
+  for (uint64_t n = 1; n <= 100; ++n) ASSERT_EQ(try_record(h, n, n == 1 ? 0 : 1, &b), Status::kSuccess) << n;
+  EXPECT_EQ(t_.destroy(h, 101, 0), Status::kSuccess);
+  for (uint64_t n = 1; n <= 100; ++n) wait(h, n);
+  EXPECT_FALSE(be_.live.empty()) << "carried out before its last record";
+  ASSERT_EQ(try_record(h, 101, 1, &b), Status::kSuccess);
+  EXPECT_TRUE(be_.live.empty()) << be_.live.size() << " backend events left";
+  EXPECT_EQ(be_.misuse, 0u);
+}
+
+// With E events and N entries in flight, E + N extra backend events: a record
+// past that waits (refused, unchanged) until a wait frees one.
+TEST(EventTableLimits, ExtraBackendEventsAreBoundedByWhatIsInFlight) {
+  Table t(4);
+  const uint64_t h = t.create();
+  uint32_t b;
+  uint64_t n = 1;
+  ASSERT_EQ(t.try_record(h, 1, 1, &b), Status::kSuccess);  // a wait on the never-recorded state is held
+  while (t.try_record(h, n + 1, 1, &b) == Status::kSuccess) ++n;
+  EXPECT_EQ(t.be_.live.size(), 1 + t.t_.max_extra());
+  t.wait(h, 0);  // the event's own backend event is free again
+  EXPECT_EQ(t.try_record(h, n + 1, 1, &b), Status::kSuccess);
+  EXPECT_LT(b, kMaxEvents);
+  EXPECT_EQ(t.be_.misuse, 0u);
+}
+
+TEST(EventTableLimits, AHostileGuestCannotGrowItWithoutBound) {
+  Table t(8);
+  const uint64_t h = t.create();
+  // Records far ahead of any dispatched one, each leaving a placeholder, and
+  // counts of waits that never come.
   uint32_t made = 0, refused = 0;
   for (uint64_t n = 2; n < 1000; n += 2) {
     uint32_t b = ~0u;
-    const Status s = t_.record(i, n, 5, &b);
-    t_.settle(i);
-    ++(ok(s) ? made : refused);
+    ++(ok(t.try_record(h, n, 5, &b)) ? made : refused);
   }
-  EXPECT_LE(made, 64u);
+  EXPECT_LE(made, t.t_.max_records());
   EXPECT_GT(refused, 0u);
-  EXPECT_EQ(record(h, 2, 5), t_.backend_of(uint32_t(h), 2)) << "a number seen before goes where it went";
-  t_.reset();
-  EXPECT_TRUE(be_.live.empty());
-  EXPECT_EQ(be_.misuse, 0u);
+  EXPECT_LE(t.be_.live.size(), 1 + t.t_.max_extra());
+  EXPECT_EQ(t.record(h, 2, 5), t.t_.backend_of(uint32_t(h), 2)) << "a number seen before goes where it went";
+  t.t_.reset();
+  EXPECT_TRUE(t.be_.live.empty());
+  EXPECT_EQ(t.be_.misuse, 0u);
 }
 
 TEST(EventTableUnversioned, OneBackendEventPerEvent) {
   CountingBackend be;
-  EventTable t(be, /*versioned=*/false);
+  EventTable t(be, /*versioned=*/false, 1024);
   uint64_t h = 0;
   ASSERT_EQ(t.create(0, 0, &h), Status::kSuccess);
   uint32_t b = ~0u;

@@ -28,8 +28,10 @@
 namespace ordo {
 
 // Event ids the worker gives a backend are below this: a guest event's records
-// may need more than one backend event (EventTable).
-inline constexpr uint32_t kMaxBackendEvents = kMaxEvents + 4096;
+// may need more than one backend event while entries are in flight
+// (EventTable: kMaxEvents + in flight beyond one per event; at most
+// kMaxRings rings of 2^20 entries are in flight).
+inline constexpr uint32_t kMaxBackendEvents = 2 * kMaxEvents + (kMaxRings << 20);
 
 // Identifies the guest call behind a backend operation, for async error reports.
 struct OpTag {

@@ -4,6 +4,11 @@
 
 namespace ordo {
 
+EventTable::EventTable(Backend& backend, bool versioned, uint64_t in_flight)
+    : backend_(backend),
+      versioned_(versioned),
+      in_flight_(in_flight) {}
+
 Status EventTable::create(uint32_t device, uint32_t flags, uint64_t* handle) {
   uint32_t idx;
   if (!free_.empty()) {
@@ -26,6 +31,7 @@ Status EventTable::create(uint32_t device, uint32_t flags, uint64_t* handle) {
   ev.device = uint8_t(device);
   ev.flags = flags;
   ev.records.assign(1, Record{0, idx});
+  ++records_;
   ev.spare.clear();
   *handle = uint64_t{ev.generation} << kGenShift | idx;
   return Status::kSuccess;
@@ -49,11 +55,21 @@ Status EventTable::find(uint64_t handle, uint64_t number, uint32_t* idx) const {
   return Status::kSuccess;
 }
 
-EventTable::Record* EventTable::at(Event& ev, uint64_t number) {
+EventTable::Record* EventTable::find_record(Event& ev, uint64_t number) {
   for (Record& r : ev.records)
     if (r.number == number) return &r;
-  if (ev.records.size() >= kMaxRecords) return nullptr;
-  return &ev.records.emplace_back(Record{number});
+  return nullptr;
+}
+
+EventTable::Record* EventTable::at(Event& ev, uint64_t number) {
+  if (Record* r = find_record(ev, number)) return r;
+  ++records_;
+  Record& r = ev.records.emplace_back(Record{number});
+  if (ev.destroying && number == ev.last) {  // the destroy arrived before its last record
+    r.closed = true;
+    r.expected = ev.last_waits;
+  }
+  return &r;
 }
 
 size_t EventTable::newest(const Event& ev) const {
@@ -80,8 +96,21 @@ void EventTable::collect(Event& ev) {
     if (r.number == keep_number || !r.done()) return false;
     if (r.backend < kMaxEvents) ev.spare.push_back(r.backend);  // the event's own: at most one
     else drop(r.backend);
+    --records_;
     return true;
   });
+}
+
+bool EventTable::can_record(Event& ev, uint64_t n, uint64_t waits_before) {
+  // Decided before anything changes, so that a record asked again finds the
+  // table as it left it (a predecessor closed twice could come back as a record
+  // nothing will dispatch).
+  if (records_ + 2 > max_records()) return false;
+  if (!ev.spare.empty() || !free_extra_.empty() || extra_made_ < max_extra()) return true;
+  const size_t k = newest(ev);
+  if (k == ev.records.size() || ev.records[k].number >= n) return false;
+  const Record& p = ev.records[k];
+  return p.done() || (p.number + 1 == n && p.waited >= waits_before);
 }
 
 Status EventTable::record(uint32_t idx, uint64_t number, uint64_t waits_before, uint32_t* backend) {
@@ -90,20 +119,19 @@ Status EventTable::record(uint32_t idx, uint64_t number, uint64_t waits_before, 
     *backend = ev.records.front().backend;
     return Status::kSuccess;
   }
+  if (Record* r = find_record(ev, number); r && r->backend != kNone) {
+    *backend = r->backend;  // a number seen before (only a hostile guest repeats one)
+    return Status::kSuccess;
+  }
+  if (!can_record(ev, number, waits_before)) return Status::kNotReady;
   if (number > 0) {
     Record* prev = at(ev, number - 1);
-    if (!prev) return Status::kNotReady;
     prev->closed = true;
     prev->expected = waits_before;
   }
   collect(ev);
-  Record* r = at(ev, number);
-  if (!r) return Status::kNotReady;
-  if (r->backend != kNone) {  // a number seen before (only a hostile guest repeats one)
-    *backend = r->backend;
-    return Status::kSuccess;
-  }
-  const uint64_t n = r->number;
+  const uint64_t n = number;
+  Record* r = at(ev, n);
   // The common case: the record this one replaces has no wait left to
   // dispatch, and its backend event takes this record (as CUDA re-records in
   // place). The event's own backend event first, so an extra one goes back.
@@ -114,16 +142,15 @@ Status EventTable::record(uint32_t idx, uint64_t number, uint64_t waits_before, 
              k < ev.records.size() && ev.records[k].number < n && ev.records[k].done()) {
     const uint32_t b = ev.records[k].backend;
     ev.records.erase(ev.records.begin() + ptrdiff_t(k));
+    --records_;
     at(ev, n)->backend = b;
   } else {
     uint32_t b;
     if (!free_extra_.empty()) {
       b = free_extra_.back();
       free_extra_.pop_back();
-    } else if (extra_made_ < kMaxExtraEvents) {
-      b = kMaxEvents + extra_made_++;
     } else {
-      return Status::kNotReady;
+      b = kMaxEvents + extra_made_++;  // can_record checked there is one
     }
     if (Status st = backend_.event_create(b, ev.device, ev.flags); !ok(st)) {
       free_extra_.push_back(b);
@@ -149,10 +176,15 @@ void EventTable::settle(uint32_t idx) {
   Event& ev = events_[idx];
   if (!ev.live) return;
   if (versioned_) collect(ev);
-  if (!ev.destroying || !std::all_of(ev.records.begin(), ev.records.end(), [](const Record& r) { return r.done(); }))
+  if (!ev.destroying) return;
+  // Once its last record was dispatched, every earlier one not yet dispatched is kept (closed by its successor).
+  const Record* last = find_record(ev, ev.last);
+  if (!last || last->backend == kNone ||
+      !std::all_of(ev.records.begin(), ev.records.end(), [](const Record& r) { return r.done(); }))
     return;
   for (const Record& r : ev.records) drop(r.backend);
   for (uint32_t b : ev.spare) drop(b);
+  records_ -= ev.records.size();
   ev.records.clear();
   ev.spare.clear();
   ev.live = false;
@@ -173,14 +205,11 @@ Status EventTable::destroy(uint64_t handle, uint64_t number, uint64_t waits) {
   if (Status st = find(handle, &idx); !ok(st)) return st;
   Event& ev = events_[idx];
   ev.destroying = true;
-  ev.last = number;
-  if (versioned_) {
-    if (Record* r = at(ev, number)) {
-      r->closed = true;
-      r->expected = waits;
-    }
-  } else {
-    for (Record& r : ev.records) r.closed = true;
+  ev.last = versioned_ ? number : ev.records.front().number;
+  ev.last_waits = versioned_ ? waits : 0;  // unordered, waits are not counted
+  if (Record* r = find_record(ev, ev.last)) {  // else closed when it comes (at())
+    r->closed = true;
+    r->expected = ev.last_waits;
   }
   settle(idx);
   return Status::kSuccess;
@@ -197,6 +226,7 @@ void EventTable::reset() {
   free_.clear();
   free_extra_.clear();
   extra_made_ = 0;
+  records_ = 0;
 }
 
 }  // namespace ordo

@@ -13,6 +13,7 @@
 // carried out once every record of the event has no wait left to dispatch.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -25,7 +26,10 @@ class EventTable {
  public:
   // versioned false (the worker ignores edges): one backend event per event, as
   // CUDA's API has it; records and waits then arrive in any order anyway.
-  EventTable(Backend& backend, bool versioned) : backend_(backend), versioned_(versioned) {}
+  // `in_flight`: how many entries the guest can have published and not yet
+  // dispatched (rings x capacity), which bounds what a correct guest makes the
+  // table keep (see limits below).
+  EventTable(Backend& backend, bool versioned, uint64_t in_flight);
   EventTable(const EventTable&) = delete;
   EventTable& operator=(const EventTable&) = delete;
 
@@ -37,10 +41,8 @@ class EventTable {
   Status find(uint64_t handle, uint64_t number, uint32_t* idx) const;
   uint32_t device(uint32_t idx) const { return events_[idx].device; }
   // EventRecord: the backend event record `number` goes to; then settle().
-  // kNotReady: it needs a backend event of its own while kMaxExtraEvents
-  // records hold one because waits on the records they replaced are still to
-  // come: the ring waits (as it did before records had their own) until one of
-  // those waits was dispatched.
+  // kNotReady (only a guest that lies about numbers and counts gets there):
+  // the table is at its limits; nothing changed, ask again later.
   Status record(uint32_t idx, uint64_t number, uint64_t waits_before, uint32_t* backend);
   // StreamWaitEvent, once handed to the backend (failed or not): counts it; then settle().
   void waited(uint32_t idx, uint64_t number);
@@ -54,15 +56,18 @@ class EventTable {
   Status destroy(uint64_t handle, uint64_t number, uint64_t waits);
   void reset();  // the session ended: every backend event goes
 
-  // Backend events beyond one per guest event, for records whose predecessor
-  // still has waits to dispatch: ids kMaxEvents .. kMaxBackendEvents - 1.
-  static constexpr uint32_t kMaxExtraEvents = kMaxBackendEvents - kMaxEvents;
+  // Limits, which a correct guest never reaches: a kept record other than an
+  // event's newest is either not dispatched or has its successor or a wait on
+  // it still to dispatch, one entry in flight each; so with E events the table
+  // keeps at most E + 2 x in_flight records, and holds at most E + in_flight
+  // backend events beyond each event's own (ids from kMaxEvents on).
+  uint64_t max_records() const { return events_.size() + 2 * in_flight_; }
+  uint64_t max_extra() const {
+    return std::min<uint64_t>(events_.size() + in_flight_, kMaxBackendEvents - kMaxEvents);
+  }
 
  private:
   static constexpr uint32_t kNone = 0xffffffffu;
-  // A guest can fall this many records behind on one event before its records
-  // wait for backend events (bounds what a hostile guest makes us keep).
-  static constexpr size_t kMaxRecords = 64;
   static constexpr uint64_t kGenShift = 32;
   struct Record {
     uint64_t number;
@@ -79,11 +84,14 @@ class EventTable {
     uint8_t device = 0;
     uint32_t flags = 0;
     uint64_t last = 0;             // destroying: the number of the last record
+    uint64_t last_waits = 0;       // and the waits issued on it
     std::vector<Record> records;   // unfinished ones, and the newest dispatched
     std::vector<uint32_t> spare;   // the event's own backend event while it holds nothing anyone waits for
   };
 
-  Record* at(Event& ev, uint64_t number);  // found or added; null past kMaxRecords
+  Record* find_record(Event& ev, uint64_t number);
+  Record* at(Event& ev, uint64_t number);  // found or added (the caller checked the limit)
+  bool can_record(Event& ev, uint64_t number, uint64_t waits_before);
   size_t newest(const Event& ev) const;     // index of the newest dispatched record
   void collect(Event& ev);                  // done records' backend events to spare
   void drop(uint32_t backend);
@@ -94,6 +102,8 @@ class EventTable {
   std::vector<uint32_t> free_;
   std::vector<uint32_t> free_extra_;
   uint32_t extra_made_ = 0;  // ids kMaxEvents .. kMaxEvents + extra_made_ - 1 were handed out once
+  uint64_t records_ = 0;     // kept, over all events
+  const uint64_t in_flight_;
 };
 
 }  // namespace ordo

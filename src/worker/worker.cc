@@ -82,7 +82,7 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
       stream_ring_(kMaxStreams, kNoRingBound),
       stream_mark_(kMaxStreams, 0),
       stream_device_(kMaxStreams, 0),
-      events_(backend, options.ordered),
+      events_(backend, options.ordered, uint64_t{layout_.ring_count} * layout_.ring_capacity),
       chaos_rng_(options.chaos_seed) {
   for (uint32_t r = 0; r < layout_.ring_count; ++r) fresh_ring(r);
   stream_ring_[kLegacyStreamId] = kLegacyRing;
