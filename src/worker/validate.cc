@@ -91,9 +91,27 @@ Status check_entry(const Entry& e, Path path, const Layout& l, std::string* why)
       // The worker checks the index against its device count.
       if (e.arg[0] >= kMaxDevices) return bad(why, "device " + std::to_string(e.arg[0]) + " out of range", Status::kInvalidDevice);
       return Status::kSuccess;
-    default:
+    // No argument the worker must check before it uses it here: handles,
+    // addresses and sizes are checked where they are used.
+    case Op::Nop:
+    case Op::StreamDestroy:
+    case Op::Fence:
+    case Op::EventRecord:
+    case Op::StreamWaitEvent:
+    case Op::Null:
+    case Op::Malloc:
+    case Op::Free:
+    case Op::EventCreate:
+    case Op::EventDestroy:
+    case Op::EventSynchronize:
+    case Op::StreamSynchronize:
+    case Op::EventQuery:
+    case Op::EventElapsed:
       return Status::kSuccess;
+    case Op::kCount:
+      break;  // valid_op above
   }
+  return Status::kNotSupported;
 }
 
 }  // namespace ordo

@@ -377,8 +377,18 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
       stream_mark_[st] = 0;
       return backend_.stream_destroy(st);
     }
-    default:
-      break;
+    case Op::Launch:
+    case Op::Memcpy:
+    case Op::Memset:
+    case Op::EventRecord:
+    case Op::StreamWaitEvent:
+    case Op::HostFunc:
+      break;  // stream work: below
+#define ORDO_OP(name, path, order, args) ORDO_CASE_IF(Slot, path, name)
+#include "ordo/ops.def"
+#undef ORDO_OP
+    case Op::kCount:
+      return Status::kNotSupported;  // check_entry keeps sync ops off rings
   }
   if (Status s = stream_of(e, r); !ok(s)) return s;
   mark_dirty(rs, st);
@@ -437,9 +447,18 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
       rs.hold_ticket = ticket;
       return Status::kSuccess;
     }
-    default:
-      return Status::kNotSupported;  // check_entry keeps slot ops off rings
+    case Op::Nop:
+    case Op::Fence:
+    case Op::StreamCreate:
+    case Op::StreamDestroy:
+      break;  // above
+#define ORDO_OP(name, path, order, args) ORDO_CASE_IF(Slot, path, name)
+#include "ordo/ops.def"
+#undef ORDO_OP
+    case Op::kCount:
+      break;  // check_entry keeps sync ops off rings
   }
+  return Status::kNotSupported;
 }
 
 void Worker::reply(uint32_t s, uint64_t seq, Status st, uint64_t r0, uint64_t r1, uint64_t epoch) {
@@ -674,9 +693,13 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq, bool edges_met
       }
       return reply(s, seq, Status::kInvalidValue);  // check_entry: unreachable
     }
-    default:
-      return reply(s, seq, Status::kNotSupported);
+#define ORDO_OP(name, path, order, args) ORDO_CASE_IF(Ring, path, name)
+#include "ordo/ops.def"
+#undef ORDO_OP
+    case Op::kCount:
+      break;  // check_entry keeps stream ops out of slots
   }
+  reply(s, seq, Status::kNotSupported);
 }
 
 void Worker::watch(uint32_t s) {
