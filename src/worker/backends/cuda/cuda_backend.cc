@@ -64,7 +64,6 @@ namespace {
 namespace ordo::cuda {
 namespace {
 
-constexpr size_t kMaxModules = 4096;  // live at once
 constexpr uint32_t kMaxNotifyStreams = 64;  // one per guest thread that can wait at once (slot_count)
 constexpr uint64_t kMaxBlockThreads = 1024;
 constexpr size_t kMaxParams = 4096;         // the driver allows 32764 bytes of parameters
