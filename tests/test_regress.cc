@@ -1029,6 +1029,44 @@ TEST(Regress, AReRecordBehindAHostFunctionUnorderedControl) {
   EXPECT_NE(rerecord_behind_a_host_function(false), 7) << "the scenario cannot see a misordered wait";
 }
 
+// One event re-recorded round-robin on 4 streams behind slow kernels, each
+// record waited on by one of 8 streams: the worker dispatches one ring's
+// records far ahead of the others', and keeps every record until its
+// successor and its waits were dispatched (a first EventTable with a fixed
+// per-event cap hung here, found by a test campaign). Then the destroyed
+// event's index comes back.
+TEST(Regress, RoundRobinReRecordsAcrossRingsFinish) {
+  WorkerProcess w;
+  with_deadline(w, 60s, [&] {
+    auto c = w.attach(quick_timeout());
+    const uint32_t k = kernel(*c, "ordo_slow_copy");
+    uint64_t src = 0, dst = 0;
+    ASSERT_EQ(c->malloc(&src, 64), Status::kSuccess);
+    ASSERT_EQ(c->malloc(&dst, 64), Status::kSuccess);
+    std::vector<Stream> producers(4), waiters(8);
+    for (auto& s : waiters) ASSERT_EQ(c->stream_create(&s, kStreamNonBlocking), Status::kSuccess);
+    for (auto& s : producers) ASSERT_EQ(c->stream_create(&s, kStreamNonBlocking), Status::kSuccess);
+    Event e;
+    ASSERT_EQ(c->event_create(&e), Status::kSuccess);
+    for (size_t i = 0; i < 400; ++i) {
+      sim::SlowCopyArgs a{src, src, 64, 500, 0};
+      ASSERT_EQ(c->launch(k, {1}, {1}, &a, sizeof a, producers[i % 4]), Status::kSuccess);
+      ASSERT_EQ(c->event_record(e, producers[i % 4]), Status::kSuccess);
+      ASSERT_EQ(c->stream_wait_event(waiters[i % 8], e), Status::kSuccess);
+      ASSERT_EQ(c->memcpy_d2d_async(dst, src, 64, waiters[i % 8]), Status::kSuccess);
+    }
+    EXPECT_EQ(c->device_synchronize(), Status::kSuccess);
+    EXPECT_EQ(c->event_destroy(e), Status::kSuccess);
+    Event again;
+    ASSERT_EQ(c->event_create(&again), Status::kSuccess);
+    EXPECT_EQ(uint32_t(again.handle), uint32_t(e.handle)) << "the destroyed event was never freed";
+    EXPECT_EQ(c->event_destroy(again), Status::kSuccess);
+    for (Stream s : producers) EXPECT_EQ(c->stream_destroy(s), Status::kSuccess);
+    for (Stream s : waiters) EXPECT_EQ(c->stream_destroy(s), Status::kSuccess);
+    EXPECT_EQ(c->get_last_error(), Status::kSuccess);
+  });
+}
+
 // A stream destroyed (or a per-thread stream released by its thread's exit)
 // with a host function that has not returned leaves its ring held until the
 // function returns; a new stream must not be put on that ring while others
