@@ -182,11 +182,12 @@ class Client {
   // Appends `e` of stream `stream` (with edges for its op's ordering role, after
   // any edges `e` already carries) to ring `r`; caller holds r.mu.
   uint64_t push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call, EventState* ev);
-  uint64_t push_event_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call, EventState& ev);
   // A launch's push_locked: its entry is written in its slot, not built and copied.
   inline uint64_t push_launch_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const uint64_t (&arg)[6]);
   inline void mark_errors(ThreadState& t);
   using EdgeList = boost::container::small_vector<Edge, 16>;
+  uint64_t push_event_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call, EventState& ev,
+                             EdgeList& edges);  // edges: the call's own
   uint64_t push_launch_edges_locked(ThreadState& t, Ring& g, uint32_t stream, const uint64_t (&arg)[6],
                                     const EdgeList& edges);
   uint64_t push_edges_locked(ThreadState& t, Ring& g, uint32_t stream, const Entry& call,

@@ -637,25 +637,23 @@ void Client::write_entry(Ring& g, const Entry& e) {
 uint64_t Client::push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call,
                              EventState* ev) {
   mark_errors(t);
-  if (ev) return push_event_locked(t, g, r, stream, call, *ev);
   // Inline storage: no heap allocation unless an entry needs more than 16 edges.
   // (Not a reused thread_local vector: a thread_local with a destructor is gone
   // before the static destructors and atexit handlers that may still push.)
   EdgeList edges;
   for (unsigned k = 0; k < call.edge_count && k < kMaxEdges; ++k) edges.push_back(call.edges[k]);
+  if (ev) return push_event_locked(t, g, r, stream, call, *ev, edges);
   if (opt_.ordered && info(static_cast<Op>(call.op)).order != Order::None) legacy_edges(g, r, stream, &edges);
   return push_edges_locked(t, g, stream, call, edges);
 }
 
 uint64_t Client::push_event_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call,
-                                   EventState& ev) {
+                                   EventState& ev, EdgeList& edges) {
   // Numbered under the event's lock, so numbers and wait counts follow the
   // order in which records and waits replaced and used the event's state.
   // A re-record needs no edge to the record it replaces or its waits: the
   // worker keeps that record in a backend event of its own while waits on it
   // are to come (EventTable), so nothing CUDA would not hold holds it.
-  EdgeList edges;
-  for (unsigned k = 0; k < call.edge_count && k < kMaxEdges; ++k) edges.push_back(call.edges[k]);
   std::lock_guard lock(ev.mu);
   const bool record = static_cast<Op>(call.op) == Op::EventRecord;
   Entry e = call;

@@ -1,6 +1,7 @@
 #include "event_table.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace ordo {
 
@@ -37,28 +38,31 @@ Status EventTable::create(uint32_t device, uint32_t flags, uint64_t* handle) {
   return Status::kSuccess;
 }
 
-Status EventTable::find(uint64_t handle, uint32_t* idx) const {
+const EventTable::Event* EventTable::live(uint64_t handle, uint32_t* idx) const {
   const uint32_t i = uint32_t(handle);
-  if (i >= events_.size() || !events_[i].live || events_[i].destroying ||
-      events_[i].generation != uint32_t(handle >> kGenShift))
-    return Status::kInvalidResourceHandle;
+  if (i >= events_.size() || !events_[i].live || events_[i].generation != uint32_t(handle >> kGenShift)) return nullptr;
   *idx = i;
-  return Status::kSuccess;
+  return &events_[i];
+}
+
+Status EventTable::find(uint64_t handle, uint32_t* idx) const {
+  const Event* ev = live(handle, idx);
+  return ev && !ev->destroying ? Status::kSuccess : Status::kInvalidResourceHandle;
 }
 
 Status EventTable::find(uint64_t handle, uint64_t number, uint32_t* idx) const {
-  const uint32_t i = uint32_t(handle);
-  if (i >= events_.size() || !events_[i].live || events_[i].generation != uint32_t(handle >> kGenShift) ||
-      (events_[i].destroying && number > events_[i].last))
-    return Status::kInvalidResourceHandle;
-  *idx = i;
-  return Status::kSuccess;
+  const Event* ev = live(handle, idx);
+  return ev && !(ev->destroying && number > ev->last) ? Status::kSuccess : Status::kInvalidResourceHandle;
+}
+
+const EventTable::Record* EventTable::find_record(const Event& ev, uint64_t number) {
+  for (const Record& r : ev.records)
+    if (r.number == number) return &r;
+  return nullptr;
 }
 
 EventTable::Record* EventTable::find_record(Event& ev, uint64_t number) {
-  for (Record& r : ev.records)
-    if (r.number == number) return &r;
-  return nullptr;
+  return const_cast<Record*>(find_record(std::as_const(ev), number));
 }
 
 EventTable::Record* EventTable::at(Event& ev, uint64_t number) {
@@ -130,22 +134,19 @@ Status EventTable::record(uint32_t idx, uint64_t number, uint64_t waits_before, 
     prev->expected = waits_before;
   }
   collect(ev);
-  const uint64_t n = number;
-  Record* r = at(ev, n);
   // The common case: the record this one replaces has no wait left to
   // dispatch, and its backend event takes this record (as CUDA re-records in
   // place). The event's own backend event first, so an extra one goes back.
+  uint32_t b;
   if (!ev.spare.empty()) {
-    r->backend = ev.spare.back();
+    b = ev.spare.back();
     ev.spare.pop_back();
   } else if (const size_t k = newest(ev);
-             k < ev.records.size() && ev.records[k].number < n && ev.records[k].done()) {
-    const uint32_t b = ev.records[k].backend;
+             k < ev.records.size() && ev.records[k].number < number && ev.records[k].done()) {
+    b = ev.records[k].backend;
     ev.records.erase(ev.records.begin() + ptrdiff_t(k));
     --records_;
-    at(ev, n)->backend = b;
   } else {
-    uint32_t b;
     if (!free_extra_.empty()) {
       b = free_extra_.back();
       free_extra_.pop_back();
@@ -156,20 +157,14 @@ Status EventTable::record(uint32_t idx, uint64_t number, uint64_t waits_before, 
       free_extra_.push_back(b);
       return st;
     }
-    r->backend = b;
   }
-  *backend = at(ev, n)->backend;
+  at(ev, number)->backend = *backend = b;
   return Status::kSuccess;
 }
 
 void EventTable::waited(uint32_t idx, uint64_t number) {
   if (!versioned_) return;
-  Event& ev = events_[idx];
-  for (Record& r : ev.records)
-    if (r.number == number && r.backend != kNone) {
-      ++r.waited;
-      return;
-    }
+  if (Record* r = find_record(events_[idx], number); r && r->backend != kNone) ++r->waited;
 }
 
 void EventTable::settle(uint32_t idx) {
@@ -195,8 +190,7 @@ void EventTable::settle(uint32_t idx) {
 
 uint32_t EventTable::backend_of(uint32_t idx, uint64_t number) const {
   const Event& ev = events_[idx];
-  for (const Record& r : ev.records)
-    if (r.number == number && r.backend != kNone) return r.backend;
+  if (const Record* r = find_record(ev, number); r && r->backend != kNone) return r->backend;
   return ev.records[newest(ev)].backend;  // one is always dispatched: record 0 from the create
 }
 

@@ -89,7 +89,9 @@ class EventTable {
     std::vector<uint32_t> spare;   // the event's own backend event while it holds nothing anyone waits for
   };
 
-  Record* find_record(Event& ev, uint64_t number);
+  const Event* live(uint64_t handle, uint32_t* idx) const;  // a live event's slot (destroying or not)
+  static const Record* find_record(const Event& ev, uint64_t number);
+  static Record* find_record(Event& ev, uint64_t number);
   Record* at(Event& ev, uint64_t number);  // found or added (the caller checked the limit)
   bool can_record(Event& ev, uint64_t number, uint64_t waits_before);
   size_t newest(const Event& ev) const;     // index of the newest dispatched record
