@@ -79,13 +79,9 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
       rings_(layout_.ring_count),
       slots_(layout_.slot_count),
       devices_(std::clamp<uint32_t>(backend.device_count(), 1, kMaxDevices)),
-      stream_ring_(kMaxStreams, kNoRingBound),
-      stream_mark_(kMaxStreams, 0),
-      stream_device_(kMaxStreams, 0),
       events_(backend, options.ordered, uint64_t{layout_.ring_count} * layout_.ring_capacity),
       chaos_rng_(options.chaos_seed) {
   for (uint32_t r = 0; r < layout_.ring_count; ++r) fresh_ring(r);
-  stream_ring_[kLegacyStreamId] = kLegacyRing;
   if (opt_.trace) tracer_ = std::make_unique<Tracer>();
   backend_.set_error_sink([this](const OpTag& tag, Status s) { async_error(tag, s); });
   // Copies name host memory inside the region only; the cuda backend pins it.
@@ -312,13 +308,13 @@ Status Worker::resolve(MemKind kind, uint32_t ring, uint64_t addr, uint64_t size
 
 Status Worker::stream_of(const Entry& e, uint32_t r) const {
   // A stream is used only on the ring it was created on: its entries' order is that ring's order.
-  if (e.stream >= kMaxStreams || stream_ring_[e.stream] != r) return Status::kInvalidResourceHandle;
+  if (!streams_.on_ring(e.stream, r)) return Status::kInvalidResourceHandle;
   return Status::kSuccess;
 }
 
 void Worker::mark_dirty(RingState& rs, uint32_t stream) {
-  if (stream_mark_[stream] == rs.fence_count + 1) return;
-  stream_mark_[stream] = rs.fence_count + 1;
+  if (streams_.mark(stream) == rs.fence_count + 1) return;
+  streams_.set_mark(stream, rs.fence_count + 1);
   rs.dirty.push_back(stream);
 }
 
@@ -351,7 +347,7 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
     case Op::StreamCreate: {
       const uint64_t device = e.arg[2];
       if (device >= devices_) return Status::kInvalidDevice;
-      if (st >= kMaxStreams || stream_ring_[st] != kNoRingBound) return Status::kInvalidResourceHandle;
+      if (st >= kMaxStreams || streams_.bound(st)) return Status::kInvalidResourceHandle;
       if (e.arg[0] & kStreamLegacy) {
         // A device's legacy stream exists in the backend already: the guest
         // only chooses its ring. Device 0's is on ring 0 from the start.
@@ -363,18 +359,15 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
                  !ok(s)) {
         return s;
       }
-      stream_ring_[st] = r;
-      stream_mark_[st] = 0;
-      stream_device_[st] = uint8_t(device);
+      streams_.bind(st, r, uint32_t(device));
       return Status::kSuccess;
     }
     case Op::StreamDestroy: {
       if (Status s = stream_of(e, r); !ok(s) || st < kMaxDevices) return Status::kInvalidResourceHandle;
-      stream_ring_[st] = kNoRingBound;
       // The guest fences before a destroy; work queued since then (none from a
       // correct guest) is not waited for by later fences of the ring.
-      if (stream_mark_[st] == rs.fence_count + 1) std::erase(rs.dirty, st);
-      stream_mark_[st] = 0;
+      if (streams_.mark(st) == rs.fence_count + 1) std::erase(rs.dirty, st);
+      streams_.unbind(st);
       return backend_.stream_destroy(st);
     }
     case Op::Launch:
@@ -426,7 +419,7 @@ Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
       if (op == Op::StreamWaitEvent) {
         s = backend_.stream_wait_event(st, events_.backend_of(idx, e.arg[1]));  // any device's event, as CUDA
         events_.waited(idx, e.arg[1]);
-      } else if (events_.device(idx) != stream_device_[st]) {
+      } else if (events_.device(idx) != streams_.device(st)) {
         return Status::kInvalidResourceHandle;  // CUDA records an event only on a stream of its own device
       } else if (s = events_.record(idx, e.arg[1], e.arg[2], &ev); ok(s)) {
         s = backend_.event_record(st, ev);
@@ -653,7 +646,7 @@ void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq, bool edges_met
     case Op::StreamSynchronize: {
       // The stream alone, not its ring-mates (a fence would wait for them too).
       const uint64_t id = e.arg[0];
-      if (id >= kMaxStreams || stream_ring_[id] == kNoRingBound) return reply(s, seq, Status::kInvalidResourceHandle);
+      if (!streams_.bound(id)) return reply(s, seq, Status::kInvalidResourceHandle);
       backend_.stream_notify(uint32_t(id), deferred_reply(s, seq));
       return;
     }
@@ -800,8 +793,7 @@ void Worker::reset_session() {
   std::mutex mu;
   std::condition_variable cv;
   uint32_t pending = 0;
-  for (uint32_t st = 0; st < kMaxStreams; ++st) {
-    if (stream_ring_[st] == kNoRingBound) continue;
+  streams_.for_each_bound([&](uint32_t st) {
     {
       std::lock_guard lock(mu);
       ++pending;
@@ -810,7 +802,7 @@ void Worker::reset_session() {
       std::lock_guard lock(mu);
       if (--pending == 0) cv.notify_one();
     });
-  }
+  });
   {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return pending == 0; });
@@ -826,12 +818,10 @@ void Worker::reset_session() {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  for (uint32_t st = kMaxDevices; st < kMaxStreams; ++st)  // legacy streams stay, as the backend's own
-    if (stream_ring_[st] != kNoRingBound) backend_.stream_destroy(st);
-  std::fill(stream_ring_.begin(), stream_ring_.end(), kNoRingBound);
-  std::fill(stream_mark_.begin(), stream_mark_.end(), 0);
-  std::fill(stream_device_.begin(), stream_device_.end(), 0);
-  stream_ring_[kLegacyStreamId] = kLegacyRing;
+  streams_.for_each_bound([&](uint32_t st) {
+    if (st >= kMaxDevices) backend_.stream_destroy(st);  // legacy streams stay, as the backend's own
+  });
+  streams_.reset();
   for (uint32_t d = 0; d < devices_; ++d)
     for (uint32_t p = 0; p < devices_; ++p)
       if (peers_[d] >> p & 1) backend_.set_peer_access(d, p, false);
@@ -902,6 +892,14 @@ void Worker::check_session(uint64_t now) {
   }
 }
 
+void Worker::sweep() { sweep(now_ns()); }
+
+void Worker::sweep(uint64_t now) {
+  rescan_slots_ = true;
+  age_watched();
+  check_session(now);
+}
+
 bool Worker::poll_once() {
   if (!attached_) {
     check_session(now_ns());
@@ -966,9 +964,7 @@ void Worker::run(DoorbellWaiter* doorbell) {
     if (now - last_beat > 100'000'000) {
       if (!beater.joinable()) h->heartbeat_ns.store(now, std::memory_order_relaxed);
       last_beat = now;
-      rescan_slots_ = true;
-      age_watched();
-      check_session(now);
+      sweep(now);
     } else if (h->guest_session.load(std::memory_order_relaxed) != attached_) {
       check_session(now);
     }

@@ -19,6 +19,7 @@
 #include "backend.h"
 #include "doorbell_waiter.h"
 #include "event_table.h"
+#include "stream_table.h"
 #include "ordo/layout.h"
 #include "ordo/ops.h"
 #include "ordo/region.h"
@@ -80,6 +81,10 @@ class Worker {
   bool restart_requested() const { return restart_.load(std::memory_order_relaxed); }
   // One pass over rings and slots; true if anything moved.
   bool poll_once();
+  // run()'s 100 ms pass: reads every slot once, ages watched slots, attaches
+  // or ends the guest's session. With poll_once, drives the worker without
+  // its threads (the fuzzer).
+  void sweep();
 
   WorkerStats stats() const;
   // Writes the Chrome/Perfetto trace recorded so far (options.trace); call after run().
@@ -148,6 +153,7 @@ class Worker {
   void async_error(const OpTag& tag, Status s);
   void log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why);
   void fresh_ring(uint32_t r);  // a ring's state as a new session finds it
+  void sweep(uint64_t now_ns);
   void check_session(uint64_t now_ns);
   void reset_session();
   void attach_session(uint64_t session);
@@ -159,10 +165,7 @@ class Worker {
   std::vector<RingState> rings_;
   std::vector<SlotState> slots_;
   const uint32_t devices_;             // the backend's device count
-  std::vector<uint32_t> stream_ring_;  // per stream id: the ring it was created on, or kNoRingBound
-  std::vector<uint32_t> stream_mark_;  // per stream id: fence_count of its ring when last marked dirty
-  static constexpr uint32_t kNoRingBound = 0xffffffffu;
-  std::vector<uint8_t> stream_device_;  // per stream id: its device (legacy stream d: d)
+  StreamTable streams_;
   std::array<uint32_t, kMaxDevices> peers_{};  // per device: bit p = peer access to device p enabled by this guest
   EventTable events_;
   std::map<uint64_t, uint64_t> allocations_;  // device address -> size, this guest's only

@@ -1,10 +1,17 @@
 // libFuzzer target: the worker consuming a region that a hostile guest writes.
 // The input is a little program of guest actions (raw entries, tails, slot
-// requests, ring bitmaps) interleaved with worker passes, so indices and entries
-// change between and during the worker's reads. The backend is a checker: it
-// traps if the worker ever hands it a host pointer outside the region or a
-// device range it did not allocate, and it keeps no device state, so the
-// fuzzer explores the worker's decoding rather than a simulator.
+// requests, ring bitmaps) interleaved with worker passes and sweeps, so indices
+// and entries change between and during the worker's reads. The backend is a
+// checker: it traps if the worker ever hands it a host pointer outside the
+// region, a device range it did not allocate, or a stream, event or module it
+// did not create, and it keeps no device state, so the fuzzer explores the
+// worker's decoding rather than a simulator.
+//
+// One worker serves every input, as one session each, driven without its
+// threads (poll_once, sweep): constructing a worker per input cost 20 times
+// the input itself. Each input ends its session, and the checker then traps
+// unless the worker gave back everything the session held. A crash that only
+// shows after earlier inputs is a state the reset forgot: that is a bug too.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -12,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -45,37 +53,102 @@ class CheckingBackend final : public NullBackend {
   }
   // The worker must pass only devices the backend has.
   Status stream_create(uint32_t stream, uint32_t device, bool, int) override {
-    if (device >= device_count() || stream < kMaxDevices) __builtin_trap();
+    if (device >= device_count() || stream < kMaxDevices || !streams_.insert(stream).second) __builtin_trap();
     return Status::kSuccess;
   }
-  Status event_create(uint32_t, uint32_t device, uint32_t) override {
-    if (device >= device_count()) __builtin_trap();
+  Status stream_destroy(uint32_t stream) override {
+    if (!streams_.erase(stream)) __builtin_trap();
     return Status::kSuccess;
   }
-  Status set_peer_access(uint32_t device, uint32_t peer, bool) override {
+  Status event_create(uint32_t event, uint32_t device, uint32_t) override {
+    if (device >= device_count() || event >= kMaxBackendEvents || !events_.insert(event).second) __builtin_trap();
+    return Status::kSuccess;
+  }
+  Status event_destroy(uint32_t event) override {
+    if (!events_.erase(event)) __builtin_trap();
+    return Status::kSuccess;
+  }
+  Status event_record(uint32_t stream, uint32_t event) override {
+    live_stream(stream);
+    live_event(event);
+    return Status::kSuccess;
+  }
+  Status stream_wait_event(uint32_t stream, uint32_t event) override {
+    live_stream(stream);
+    live_event(event);
+    return Status::kSuccess;
+  }
+  Status event_query(uint32_t event) override {
+    live_event(event);
+    return Status::kSuccess;
+  }
+  Status event_elapsed(uint32_t a, uint32_t b, float* ms) override {
+    live_event(a);
+    live_event(b);
+    *ms = 0;
+    return Status::kSuccess;
+  }
+  void event_notify(uint32_t event, std::function<void()> fn) override {
+    live_event(event);
+    fn();
+  }
+  Status set_peer_access(uint32_t device, uint32_t peer, bool enable) override {
     if (device >= device_count() || peer >= device_count() || device == peer) __builtin_trap();
+    // Only what is off may be enabled, only what is on disabled.
+    if (peer_[device][peer] == enable) __builtin_trap();
+    peer_[device][peer] = enable;
     return Status::kSuccess;
   }
   Status malloc(uint32_t device, uint64_t size, uint64_t* addr) override {
     if (device >= device_count()) __builtin_trap();
-    const Status s = NullBackend::malloc(device, size, addr);
-    if (ok(s)) allocs_[*addr] = size;
-    return s;
+    if (Status s = bump(size, addr); !ok(s)) return s;
+    allocs_[*addr] = size;
+    return Status::kSuccess;
   }
   Status free(uint64_t addr) override {
+    for (auto& [module, var] : globals_)
+      if (var == addr) __builtin_trap();  // a module's variable is the module's to free
     if (!allocs_.erase(addr)) __builtin_trap();  // the worker must only free what it allocated
     return Status::kSuccess;
   }
-  Status module_load(uint32_t, std::span<const std::byte> image) override {
+  Status module_load(uint32_t id, std::span<const std::byte> image) override {
     // The worker must hand over its own copy, never the region (the guest could change it mid-load).
     if (image.size() && reinterpret_cast<uintptr_t>(image.data()) >= lo_ &&
         reinterpret_cast<uintptr_t>(image.data()) < hi_)
       __builtin_trap();
+    if (id == 0 || !modules_.insert(id).second) __builtin_trap();
     return Status::kSuccess;
   }
-  Status kernel_lookup(uint32_t, std::string_view name, uint32_t* k) override {
+  Status module_unload(uint32_t id) override {
+    if (!modules_.erase(id)) __builtin_trap();
+    // Its variables go with it: a copy to one from now on must not reach here.
+    for (auto [it, end] = globals_.equal_range(id); it != end; ++it) allocs_.erase(it->second);
+    globals_.erase(id);
+    return Status::kSuccess;
+  }
+  Status module_global(uint32_t module, uint32_t device, std::string_view name, uint64_t, uint64_t* addr,
+                       uint64_t* size) override {
+    if (!modules_.count(module) || device >= device_count()) __builtin_trap();
+    if (name.empty()) return Status::kInvalidValue;
+    // A variable in memory of its own, so that copies to it are checked like any.
+    if (Status s = bump(name.size(), addr); !ok(s)) return s;
+    allocs_[*addr] = *size = name.size();
+    globals_.emplace(module, *addr);
+    return Status::kSuccess;
+  }
+  Status kernel_lookup(uint32_t module, std::string_view name, uint32_t* k) override {
+    if (module && !modules_.count(module)) __builtin_trap();
     *k = uint32_t(name.size());
     return Status::kSuccess;
+  }
+  // After a session ends: the worker gave back every stream, event, module,
+  // allocation and peer mapping it made for the session.
+  void expect_nothing_held() {
+    if (!allocs_.empty() || !streams_.empty() || !events_.empty() || !modules_.empty()) __builtin_trap();
+    for (auto& row : peer_)
+      for (bool on : row)
+        if (on) __builtin_trap();
+    next_ = kDeviceBase;  // each session's addresses the same, so that inputs may name them
   }
 
  private:
@@ -89,8 +162,26 @@ class CheckingBackend final : public NullBackend {
     if (a - it->first > it->second || n > it->second - (a - it->first)) __builtin_trap();
   }
   void operand(MemOperand m, uint64_t n) { m.device ? device(m.addr, n) : host(m.addr, n); }
+  // Addresses from kDeviceBase up, a page apart: the fuzzer's address-like arguments land near them.
+  static constexpr uint64_t kDeviceBase = 0x7000'0000'0000;
+  Status bump(uint64_t size, uint64_t* addr) {
+    if (size == 0 || size > (1ull << 40)) return Status::kInvalidValue;
+    *addr = next_;
+    next_ += (size + 0xfff) & ~uint64_t{0xfff};
+    return Status::kSuccess;
+  }
+  void live_stream(uint32_t s) {
+    if (s >= kMaxDevices && !streams_.count(s)) __builtin_trap();
+  }
+  void live_event(uint32_t e) {
+    if (!events_.count(e)) __builtin_trap();
+  }
   uintptr_t lo_, hi_;
   std::map<uint64_t, uint64_t> allocs_;
+  std::multimap<uint32_t, uint64_t> globals_;  // module -> its variables' addresses
+  std::set<uint32_t> streams_, events_, modules_;
+  bool peer_[kMaxDevices][kMaxDevices] = {};
+  uint64_t next_ = kDeviceBase;
 };
 
 struct Input {
@@ -132,18 +223,21 @@ Region& region() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Region& r = region();
   const Layout& l = r.layout();
-  CheckingBackend backend(r);
-  WorkerOptions o;
-  o.quiet = true;
-  Worker w(r, backend, o);
+  static CheckingBackend backend(r);
+  static Worker w(r, backend, [] {
+    WorkerOptions o;
+    o.quiet = true;
+    return o;
+  }());
+  static uint64_t session = 0;
   RegionHeader* h = r.header();
-  h->guest_session.store(h->guest_session.load() + 1);
-  w.poll_once();  // attaches: the region's rings start empty
+  h->guest_session.store(++session);
+  w.sweep();  // attaches: the region's rings start empty
   Input in{data, size};
   std::vector<uint64_t> tails(l.ring_count);  // each ring's next position, as a guest would keep it
   while (in.n) {
     const uint32_t ring = uint32_t(in.take(1)) % l.ring_count;
-    switch (in.take(1) % 8) {
+    switch (in.take(1) % 9) {
       case 0: {  // a raw entry at the ring's next position, published with its lap
         const uint64_t t = tails[ring]++;
         Entry* e = &r.entries(ring)[t & (l.ring_capacity - 1)];
@@ -176,34 +270,43 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         else post_slot(h, slot);
         break;
       }
-      case 5: {  // a well-formed entry with fuzzed arguments, to get past the first checks
+      case 5: {  // a well-formed entry with fuzzed arguments, to get past the first checks: any op, on a ring
         const uint64_t t = tails[ring]++;
         Entry e{};
-        e.op = uint16_t(in.take(1) % 10);
+        e.op = uint16_t(in.take(1) % kOpCount);
         e.edge_count = uint8_t(in.take(1) % 3);
         for (unsigned i = 0; i < e.edge_count; ++i) e.edges[i] = {uint32_t(in.take(1) % l.ring_count), 0, in.take(1)};
         e.flags = uint16_t(in.take(1) & 0xf);
         e.thread = uint32_t(in.take(1) % l.slot_count);
-        for (auto& a : e.arg) a = in.take(1) % 2 ? 0x100000000000ull + in.take(2) : in.take(3);
+        e.stream = uint32_t(in.take(1) % 2 ? in.take(1) % 8 : in.take(2));
+        for (auto& a : e.arg) a = in.take(1) % 2 ? 0x7000'0000'0000ull + in.take(2) : in.take(3);
         publish_entry(&r.entries(ring)[t & (l.ring_capacity - 1)], e, t, l.ring_capacity);
         h->ring_open[ring / 64].fetch_or(1ull << (ring % 64));
         break;
       }
-      case 6: {  // a well-formed sync request
+      case 6: {  // a well-formed sync request: any op, in a slot, with a name in its payload
         const uint32_t slot = uint32_t(in.take(1)) % l.slot_count;
         ReplySlot& s = r.slot(slot);
         Entry e{};
-        e.op = uint16_t(9 + in.take(1) % 9);
-        e.arg[0] = in.take(1) % 2 ? 0x100000000000ull + in.take(2) : in.take(4);
-        e.arg[1] = in.take(4);
+        e.op = uint16_t(in.take(1) % kOpCount);
+        e.edge_count = uint8_t(in.take(1) % 2);
+        if (e.edge_count) e.edges[0] = {uint32_t(in.take(1) % l.ring_count), 0, in.take(1)};
+        for (auto& a : e.arg) a = in.take(1) % 2 ? 0x7000'0000'0000ull + in.take(2) : in.take(3);
+        in.fill(s.payload, size_t(in.take(1) % 16));
         write_request(s, e, s.request.seq.load() + 1);
         post_slot(h, slot);
         break;
       }
+      case 7:  // the 100 ms pass: every slot read, watched slots aged
+        w.sweep();
+        break;
       default:
         for (uint64_t k = in.take(1) % 8 + 1; k; --k) w.poll_once();
     }
   }
   for (int k = 0; k < 4; ++k) w.poll_once();
+  h->guest_session.store(0);  // the guest goes: the session's resources must all come back
+  w.sweep();
+  backend.expect_nothing_held();
   return 0;
 }
