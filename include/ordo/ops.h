@@ -47,6 +47,14 @@ constexpr const OpInfo& info(Op op) { return kOps[static_cast<size_t>(op)]; }
 #define ORDO_CASE_IF_Slot_Ring(name)
 #define ORDO_CASE_IF_Slot_Slot(name) case ::ordo::Op::name:
 
+// The tokens only for ops of one path, for code generated per op:
+//   #define ORDO_OP(name, path, order, args) ORDO_IF(Ring, path, Status op_##name(const RingCall&);)
+#define ORDO_IF(want, path, ...) ORDO_IF_##want##_##path(__VA_ARGS__)
+#define ORDO_IF_Ring_Ring(...) __VA_ARGS__
+#define ORDO_IF_Ring_Slot(...)
+#define ORDO_IF_Slot_Ring(...)
+#define ORDO_IF_Slot_Slot(...) __VA_ARGS__
+
 // Entries arrive from hostile memory as a raw uint16_t; this is the only way in.
 constexpr bool valid_op(uint16_t raw) { return raw < kOpCount; }
 

@@ -1,5 +1,8 @@
 // The host worker: polls a region's rings and reply slots, honours each entry's
 // edges, validates everything it copies out, and hands calls to a Backend.
+// Its units: ring_server.cc (ring reading and the edge gate), slot_server.cc
+// (reply slots), session.cc (attach, liveness, the one reset), handlers/ (what
+// each op of ops.def does), worker.cc (the dispatch loop and its heartbeat).
 #pragma once
 
 #include <array>
@@ -64,7 +67,7 @@ struct WorkerStats {
   std::string json() const;   // one line
 };
 
-struct FenceQueue;  // worker.cc: a ring's fences in flight
+struct FenceQueue;  // fence_queue.h
 
 class Worker {
  public:
@@ -125,11 +128,39 @@ class Worker {
     uint64_t staged_ns = 0;
     Entry entry{};
   };
+  // One op of a ring, as its handler sees it.
+  struct RingCall {
+    uint32_t ring;
+    uint64_t pos;
+    const Entry& e;  // the validated copy
+    RingState& rs;
+    OpTag tag;
+  };
+  // One request of a reply slot. edges_met false: an event request answered
+  // before its edges were met (try_slot).
+  struct SlotCall {
+    uint32_t slot;
+    uint64_t seq;
+    const Entry& e;
+    bool edges_met;
+  };
+  // A handler per op of ops.def, on its path (handlers/*.cc): a new op does
+  // not link until it has one. A ring op returns its status (async_error
+  // reports a failure); a slot op replies itself, at once or from a backend
+  // callback (deferred_reply).
+#define ORDO_OP(name, path, order, args) \
+  ORDO_IF(Ring, path, Status op_##name(const RingCall& c);) ORDO_IF(Slot, path, void op_##name(const SlotCall& c);)
+#include "ordo/ops.def"
+#undef ORDO_OP
+
   bool poll_ring(uint32_t r);
   void beat(std::stop_token stop);  // the heartbeat thread
   Status stream_of(const Entry& e, uint32_t ring) const;
   void mark_dirty(RingState& rs, uint32_t stream);
-  void dispatch_fence(uint32_t ring, uint64_t pos);
+  // What every stream-work op does first: its stream must be on its ring, and
+  // the ring's next fence waits for it.
+  Status enter_stream(const RingCall& c);
+  bool faulted() const { return sticky_.load(std::memory_order_relaxed) != 0; }
   bool poll_slots();
   bool try_slot(uint32_t s);
   void watch(uint32_t s);
@@ -142,7 +173,6 @@ class Worker {
   bool waits_for_itself(uint32_t ring) const;  // ring's staged entry closes a cycle of waits
   bool chaos_hold(bool& armed, uint64_t& until);
   Status dispatch(uint32_t ring, const Entry& e, uint64_t pos);
-  // edges_met false: an event request answered before its edges were met (try_slot).
   void serve_slot(uint32_t s, const Entry& e, uint64_t seq, bool edges_met = true);
   // The success reply to slot s for a request a backend callback completes (EventSynchronize, StreamSynchronize).
   std::function<void()> deferred_reply(uint32_t s, uint64_t seq);
@@ -150,6 +180,8 @@ class Worker {
   Status check_device_range(uint64_t addr, uint64_t size) const;
   static constexpr uint64_t kCurrentEpoch = ~uint64_t{0};
   void reply(uint32_t slot, uint64_t seq, Status s, uint64_t r0 = 0, uint64_t r1 = 0, uint64_t epoch = kCurrentEpoch);
+  void reply(const SlotCall& c, Status s, uint64_t r0 = 0, uint64_t r1 = 0) { reply(c.slot, c.seq, s, r0, r1); }
+  std::string payload_name(uint32_t slot) const;  // a name the guest wrote into the slot's payload, copied out
   void async_error(const OpTag& tag, Status s);
   void log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why);
   void fresh_ring(uint32_t r);  // a ring's state as a new session finds it

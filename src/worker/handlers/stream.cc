@@ -1,0 +1,79 @@
+// Streams, fences and host functions: the ops that give a ring's entries their
+// stream and tell the guest when a ring or a stream got somewhere.
+#include <memory>
+
+#include "../fence_queue.h"
+#include "../worker.h"
+
+namespace ordo {
+
+Status Worker::op_Nop(const RingCall&) { return Status::kSuccess; }
+
+Status Worker::op_Fence(const RingCall& c) {
+  RingState& rs = c.rs;
+  // One count per stream that got work since the last fence, and one for this
+  // dispatch, dropped last: the fence cannot complete while callbacks are queued.
+  std::shared_ptr<FenceQueue> fq = rs.fences;
+  const uint64_t seq = fq->push(c.pos + 1, uint32_t(rs.dirty.size()) + 1);
+  // Not stream work: a fence on the legacy stream sees what cudaStreamSynchronize sees.
+  for (uint32_t st : rs.dirty) backend_.stream_notify(st, [fq, seq] { fq->done(seq); });
+  rs.dirty.clear();
+  ++rs.fence_count;
+  fq->done(seq);
+  return Status::kSuccess;
+}
+
+Status Worker::op_StreamCreate(const RingCall& c) {
+  const Entry& e = c.e;
+  const uint32_t st = e.stream;
+  const uint64_t device = e.arg[2];
+  if (device >= devices_) return Status::kInvalidDevice;
+  if (st >= kMaxStreams || streams_.bound(st)) return Status::kInvalidResourceHandle;
+  if (e.arg[0] & kStreamLegacy) {
+    // A device's legacy stream exists in the backend already: the guest
+    // only chooses its ring. Device 0's is on ring 0 from the start.
+    if (st != device || st == kLegacyStreamId) return Status::kInvalidResourceHandle;
+  } else if (st < kMaxDevices) {
+    return Status::kInvalidResourceHandle;
+  } else if (Status s = backend_.stream_create(st, uint32_t(device), !(e.arg[0] & kStreamNonBlocking),
+                                               int(int64_t(e.arg[1])));
+             !ok(s)) {
+    return s;
+  }
+  streams_.bind(st, c.ring, uint32_t(device));
+  return Status::kSuccess;
+}
+
+Status Worker::op_StreamDestroy(const RingCall& c) {
+  const uint32_t st = c.e.stream;
+  if (Status s = stream_of(c.e, c.ring); !ok(s) || st < kMaxDevices) return Status::kInvalidResourceHandle;
+  // The guest fences before a destroy; work queued since then (none from a
+  // correct guest) is not waited for by later fences of the ring.
+  if (streams_.mark(st) == c.rs.fence_count + 1) std::erase(c.rs.dirty, st);
+  streams_.unbind(st);
+  return backend_.stream_destroy(st);
+}
+
+Status Worker::op_HostFunc(const RingCall& c) {
+  if (Status s = enter_stream(c); !ok(s)) return s;
+  // The guest runs the function (CUDA runs it on a runtime thread of the
+  // program): a callback tells it when the stream got there, and the ring
+  // dispatches nothing more until the guest says done (poll_ring). Nothing
+  // waits on the device, so a guest that never says done stalls only its
+  // own ring, and a session reset simply drops the hold.
+  auto* w = reinterpret_cast<HostFuncWords*>(region_.heap() + c.e.arg[0]);  // check_entry: in the heap, aligned
+  const uint64_t ticket = c.e.arg[1];
+  backend_.host_callback(c.e.stream, [w, ticket] { w->reached.store(ticket, std::memory_order_release); });
+  c.rs.hold = w;
+  c.rs.hold_ticket = ticket;
+  return Status::kSuccess;
+}
+
+void Worker::op_StreamSynchronize(const SlotCall& c) {
+  // The stream alone, not its ring-mates (a fence would wait for them too).
+  const uint64_t id = c.e.arg[0];
+  if (!streams_.bound(id)) return reply(c, Status::kInvalidResourceHandle);
+  backend_.stream_notify(uint32_t(id), deferred_reply(c.slot, c.seq));
+}
+
+}  // namespace ordo
