@@ -116,15 +116,25 @@ __attribute__((destructor)) void detach() {
 
 CUresult follow_context(ordo::Client* c);
 
-// Every call that reaches the client first moves the client's per-thread
-// device to the current context's (follow_context): what it creates or runs
-// on stream 0 then lands on that device.
-#define CLIENT(c)                                                     \
-  if (!g_initialized.load(std::memory_order_acquire)) return CUDA_ERROR_NOT_INITIALIZED; \
-  if (g_exiting.load(std::memory_order_relaxed)) return CUDA_ERROR_DEINITIALIZED; \
-  ordo::Client* c = g_client.load(std::memory_order_acquire);         \
-  if (!c) return g_attach_error;                                      \
-  if (CUresult e_ = follow_context(c); e_ != CUDA_SUCCESS) return e_
+// The prologue of every call that reaches the client: the error to return
+// before cuInit, during exit or without a worker, else CUDA_SUCCESS with the
+// client in *out. It first moves the client's per-thread device to the current
+// context's (follow_context): what the call creates or runs on stream 0 then
+// lands on that device.
+CUresult enter(ordo::Client** out) {
+  if (!g_initialized.load(std::memory_order_acquire)) return CUDA_ERROR_NOT_INITIALIZED;
+  if (g_exiting.load(std::memory_order_relaxed)) return CUDA_ERROR_DEINITIALIZED;
+  ordo::Client* c = g_client.load(std::memory_order_acquire);
+  if (!c) return g_attach_error;
+  *out = c;
+  return follow_context(c);
+}
+
+// The same checks, for a call that needs no client call of its own.
+CUresult enter() {
+  ordo::Client* c = nullptr;
+  return enter(&c);
+}
 
 bool valid_device(CUdevice dev) { return dev >= 0 && dev < g_device_count.load(std::memory_order_relaxed); }
 
@@ -241,7 +251,8 @@ DeviceCache g_devices[ordo::kMaxDevices];
 
 // Fetched once per device and process: every attribute is a guest-local read afterwards.
 CUresult device_cache(CUdevice dev, const DeviceCache** out) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   DeviceCache& d = g_devices[dev];
   std::call_once(d.once, [c, dev, &d] {
@@ -253,13 +264,6 @@ CUresult device_cache(CUdevice dev, const DeviceCache** out) {
   *out = &d;
   return d.error;
 }
-
-// `d`: the cache of device `dev`; CUDA_ERROR_INVALID_DEVICE when there is no such device.
-#define DEVICE_OF(d, dev)                                \
-  const DeviceCache* d = nullptr;                        \
-  if (CUresult e_ = device_cache(dev, &d); e_ != CUDA_SUCCESS) return e_
-// The calling thread's device.
-#define DEVICE(d) DEVICE_OF(d, this_device())
 
 // ---------------------------------------------------------------- streams
 
@@ -278,10 +282,6 @@ CUstream to_handle(ordo::Stream s) { return reinterpret_cast<CUstream>(stream_ha
 bool from_handle(ordo::Client* c, CUstream h, bool per_thread, ordo::Stream* out) {
   return stream_of_handle(c, reinterpret_cast<uintptr_t>(h), per_thread, out);
 }
-
-#define STREAM(c, h, pt, s) \
-  ordo::Stream s;           \
-  if (!from_handle(c, h, pt, &s)) return CUDA_ERROR_INVALID_HANDLE
 
 ordo::Event to_event(CUevent e) { return {reinterpret_cast<uintptr_t>(e)}; }
 
@@ -430,7 +430,8 @@ uint64_t hash_image(const std::byte* p, uint64_t n) {
 }
 
 CUresult load_module(const void* image, Module** out) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   const std::byte* data;
   uint64_t size;
   int kind;
@@ -472,7 +473,8 @@ CUresult load_module(const void* image, Module** out) {
 }
 
 CUresult unload_module(Module* m) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   Modules& ms = modules();
   std::lock_guard load(ms.load_mu);
   uint32_t drop = 0;
@@ -504,7 +506,8 @@ CUresult check_name_fits(const char* name, const char* what) {
 }
 
 CUresult get_function(Module* m, const char* name, Function** out) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!m || !name || !out) return !m ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = check_name_fits(name, "kernel"); e != CUDA_SUCCESS) return e;
   std::lock_guard lock(m->mu);
@@ -533,7 +536,8 @@ CUresult get_function(Module* m, const char* name, Function** out) {
 
 // Device variable `name` of `m` as device `dev` has it.
 CUresult get_global(Module* m, const char* name, CUdeviceptr* addr, size_t* size, CUdevice dev) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!m) return CUDA_ERROR_INVALID_HANDLE;
   if (!name) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = check_name_fits(name, "device variable"); e != CUDA_SUCCESS) return e;
@@ -559,9 +563,11 @@ CUresult get_global(Module* m, const char* name, CUdeviceptr* addr, size_t* size
 
 CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stream, void** params, void** extra,
                 bool per_thread) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  STREAM(c, stream, per_thread, s);
+  ordo::Stream s;
+  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
   const void* buf = nullptr;
   uint64_t size = 0;
   ParamBuffer packed;
@@ -601,7 +607,8 @@ Side side_of(CUdeviceptr p) { return device_allocs().find(p, nullptr, nullptr) ?
 
 // One copy in stream order; `sync`: the call returns once it is done (the synchronous API).
 CUresult copy(uint64_t dst, Side ds, uint64_t src, Side ss, size_t n, CUstream stream, bool sync, bool per_thread) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (n == 0) return CUDA_SUCCESS;
   if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
   ordo::Stream s = ordo::kLegacyStream;
@@ -628,7 +635,8 @@ CUresult copy(uint64_t dst, Side ds, uint64_t src, Side ss, size_t n, CUstream s
 // cuMemcpyPeer: device memory of one context's device to another's.
 CUresult copy_peer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n, CUstream stream,
                    bool sync, bool per_thread) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   const Context* dc = context_of(dst_ctx);
   const Context* sc = context_of(src_ctx);
   if (!dc || !sc) return CUDA_ERROR_INVALID_CONTEXT;
@@ -682,7 +690,8 @@ CUresult copy_2d(const CUDA_MEMCPY2D* p, CUstream stream, bool sync, bool per_th
 // A memset of `count` elements of `width` bytes; `value` repeats per element.
 CUresult memset_n(CUdeviceptr dst, uint32_t value, int width, size_t count, CUstream stream, bool sync,
                   bool per_thread) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (count == 0) return CUDA_SUCCESS;
   if (!dst) return CUDA_ERROR_INVALID_VALUE;
   if (width > 1 && dst % unsigned(width)) return CUDA_ERROR_INVALID_VALUE;
@@ -718,8 +727,10 @@ CUresult memset_2d(CUdeviceptr dst, size_t pitch, uint32_t value, int width, siz
 // ---------------------------------------------------------------- host functions
 
 CUresult host_func(CUstream stream, bool per_thread, std::function<void()> fn) {
-  CLIENT(c);
-  STREAM(c, stream, per_thread, s);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
   return to_cu(c->host_func(s, std::move(fn)));
 }
 
@@ -728,7 +739,8 @@ CUresult host_func(CUstream stream, bool per_thread, std::function<void()> fn) {
 CUresult stream_create(CUstream* out, unsigned flags, int priority) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   if (flags & ~unsigned(CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   priority = std::max(-5, std::min(0, priority));
   ordo::Stream s;
   const Status st = c->stream_create(&s, (flags & CU_STREAM_NON_BLOCKING) ? ordo::kStreamNonBlocking : 0, priority);
@@ -943,16 +955,14 @@ CUresult CUDAAPI cuProfilerStop(void) { return CUDA_SUCCESS; }
 
 CUresult CUDAAPI cuDeviceGetCount(int* count) {
   if (!count) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  (void)c;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   *count = g_device_count.load(std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
   if (!device) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  (void)c;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   if (!valid_device(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
   *device = ordinal;
   return CUDA_SUCCESS;
@@ -960,21 +970,24 @@ CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
 
 CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
   if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE_OF(d, dev);
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
   std::snprintf(name, size_t(len), "%.*s", int(sizeof d->info.name), d->info.name);
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   if (!bytes) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE_OF(d, dev);
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
   *bytes = d->info.total_global_mem;
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice dev) {
   if (!value) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE_OF(d, dev);
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
   if (int(attr) <= 0 || int(attr) >= CU_DEVICE_ATTRIBUTE_MAX || int(attr) >= kAttrCount)
     return CUDA_ERROR_INVALID_VALUE;
   *value = d->attrs[attr];
@@ -983,7 +996,8 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdev
 
 CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
   if (!uuid) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE_OF(d, dev);
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
   std::memcpy(uuid->bytes, d->info.uuid, 16);
   return CUDA_SUCCESS;
 }
@@ -991,7 +1005,8 @@ CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return cuDevic
 
 CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
   if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE_OF(d, dev);
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
   *major = d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR];
   *minor = d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR];
   return CUDA_SUCCESS;
@@ -999,7 +1014,8 @@ CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice dev)
 
 CUresult CUDAAPI cuDeviceGetPCIBusId(char* id, int len, CUdevice dev) {
   if (!id || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE_OF(d, dev);
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
   std::snprintf(id, size_t(len), "%08x:%02x:%02x.0", unsigned(d->attrs[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID]),
                 unsigned(d->attrs[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID]),
                 unsigned(d->attrs[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID]));
@@ -1008,13 +1024,13 @@ CUresult CUDAAPI cuDeviceGetPCIBusId(char* id, int len, CUdevice dev) {
 
 CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice* dev, const char* id) {
   if (!dev || !id) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  (void)c;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   unsigned dom = 0, bus = 0, d = 0;
   if (std::sscanf(id, "%x:%x:%x", &dom, &bus, &d) != 3 && (dom = 0, std::sscanf(id, "%x:%x", &bus, &d) != 2))
     return CUDA_ERROR_INVALID_VALUE;
   for (CUdevice i = 0; i < g_device_count.load(std::memory_order_relaxed); ++i) {
-    DEVICE_OF(info, i);
+    const DeviceCache* info = nullptr;
+    if (CUresult e = device_cache(i, &info); e != CUDA_SUCCESS) return e;
     if (dom == unsigned(info->attrs[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID]) &&
         bus == unsigned(info->attrs[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID]) &&
         d == unsigned(info->attrs[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID])) {
@@ -1027,7 +1043,8 @@ CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice* dev, const char* id) {
 
 CUresult CUDAAPI cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
   if (!can) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!valid_device(dev) || !valid_device(peer)) return CUDA_ERROR_INVALID_DEVICE;
   if (dev == peer) {
     *can = 0;  // as CUDA: a device is not its own peer
@@ -1038,7 +1055,8 @@ CUresult CUDAAPI cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
 
 CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attr, CUdevice src, CUdevice dst) {
   if (!value) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!valid_device(src) || !valid_device(dst) || src == dst) return CUDA_ERROR_INVALID_DEVICE;
   switch (attr) {
     case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK:
@@ -1057,8 +1075,7 @@ CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attr,
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) { return primary_context(dev, ctx); }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  CLIENT(c);
-  (void)c;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   Context& p = g_primaries[dev];
   if (p.primary_refs.load() <= 0) return CUDA_ERROR_INVALID_CONTEXT;
@@ -1069,8 +1086,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
 
 CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
-  CLIENT(c);
-  (void)c;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (flags & ~unsigned(CU_CTX_FLAGS_MASK)) return CUDA_ERROR_INVALID_VALUE;
   g_primaries[dev].flags = flags;
@@ -1082,8 +1098,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
 
 CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
   if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  (void)c;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   *flags = g_primaries[dev].flags;
   *active = g_primaries[dev].primary_active.load() ? 1 : 0;
@@ -1091,7 +1106,8 @@ CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, i
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   // Waits for the device; the session's allocations stay (freed when the program exits).
   return to_cu(on_device(c, dev, [c] { return c->device_synchronize(); }));
@@ -1136,8 +1152,7 @@ CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* ctx) {
 
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice dev) {
   if (!ctx) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(cl);
-  (void)cl;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   auto c = std::make_unique<Context>();
   c->device = dev;
@@ -1155,7 +1170,8 @@ CUresult CUDAAPI cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice dev
 }
 
 CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
-  CLIENT(cl);
+  ordo::Client* cl = nullptr;
+  if (CUresult e = enter(&cl); e != CUDA_SUCCESS) return e;
   Context* c = context_of(ctx);
   if (!c || c->primary) return CUDA_ERROR_INVALID_CONTEXT;
   std::erase(t_ctx_stack, c);
@@ -1211,12 +1227,14 @@ CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
 }
 
 CUresult CUDAAPI cuCtxSynchronize(void) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
   return to_cu(c->device_synchronize());
 }
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   const Context* x = ctx ? context_of(ctx) : current();
   if (ctx && !x) return CUDA_ERROR_INVALID_CONTEXT;
   return to_cu(on_device(c, x ? x->device : this_device(), [c] { return c->device_synchronize(); }));
@@ -1274,7 +1292,8 @@ CUresult CUDAAPI cuCtxResetPersistingL2Cache(void) { return CUDA_SUCCESS; }  // 
 // Peer access is kept per pair of devices (by the worker), from the current
 // context's device to `peer`'s.
 CUresult peer_access(CUcontext peer, bool enable) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   const Context* self = current();
   const Context* other = context_of(peer);
   if (!self || !other) return CUDA_ERROR_INVALID_CONTEXT;
@@ -1294,7 +1313,8 @@ CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer) { return peer_access(pee
 
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* ptr, size_t size) {
   if (!ptr) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
   uint64_t addr = 0;
   const Status s = c->malloc(&addr, size);
@@ -1316,7 +1336,8 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* ptr, size_t* pitch, size_t widt
 }
 
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr ptr) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!ptr) return CUDA_SUCCESS;
   const Status s = c->free(ptr);
   if (ok(s)) device_allocs().erase(ptr);
@@ -1325,7 +1346,8 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr ptr) {
 
 CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
   if (!free || !total) return CUDA_ERROR_INVALID_VALUE;
-  DEVICE(d);
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
   const uint64_t used = device_allocs().total(this_device());
   *total = d->info.total_global_mem;
   *free = used < *total ? *total - used : 0;  // this program's view only
@@ -1333,8 +1355,7 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
 }
 
 CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
-  CLIENT(c);
-  (void)c;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   uint64_t b, n;
   if (!device_allocs().find(ptr, &b, &n)) return CUDA_ERROR_NOT_FOUND;
   if (base) *base = b;
@@ -1348,7 +1369,8 @@ CUresult CUDAAPI cuMemHostAlloc(void** ptr, size_t size, unsigned int flags) {
   if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
   // Mapped memory would need the device to reach guest memory: not offered.
   if (flags & CU_MEMHOSTALLOC_DEVICEMAP) return CUDA_ERROR_NOT_SUPPORTED;
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   const Status s = c->malloc_host(ptr, size);
   if (!ok(s)) return to_cu(s);
   HostRanges& h = host_allocs();
@@ -1361,7 +1383,8 @@ CUresult CUDAAPI cuMemHostAlloc(void** ptr, size_t size, unsigned int flags) {
 CUresult CUDAAPI cuMemAllocHost_v2(void** ptr, size_t size) { return cuMemHostAlloc(ptr, size, 0); }
 
 CUresult CUDAAPI cuMemFreeHost(void* ptr) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   const Status s = c->free_host(ptr);
   if (ok(s)) host_allocs().erase(reinterpret_cast<uintptr_t>(ptr));
   return to_cu(s);
@@ -1383,8 +1406,7 @@ CUresult CUDAAPI cuMemHostGetFlags(unsigned int* flags, void* ptr) {
 CUresult CUDAAPI cuMemHostRegister_v2(void* ptr, size_t size, unsigned int flags) {
   if (!ptr || !size) return CUDA_ERROR_INVALID_VALUE;
   if (flags & CU_MEMHOSTREGISTER_DEVICEMAP) return CUDA_ERROR_NOT_SUPPORTED;
-  CLIENT(c);
-  (void)c;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   HostRanges& h = host_allocs();
   if (h.find(reinterpret_cast<uintptr_t>(ptr), nullptr, nullptr)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   h.add(reinterpret_cast<uintptr_t>(ptr), size, this_device());
@@ -1394,16 +1416,14 @@ CUresult CUDAAPI cuMemHostRegister_v2(void* ptr, size_t size, unsigned int flags
 }
 
 CUresult CUDAAPI cuMemHostUnregister(void* ptr) {
-  CLIENT(c);
-  (void)c;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   return host_allocs().erase(reinterpret_cast<uintptr_t>(ptr)) ? CUDA_SUCCESS
                                                                 : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 
 CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
   if (!data) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  (void)c;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   uint64_t base = 0, size = 0;
   int device = 0;  // the one it was allocated on (host memory: the allocating thread's)
   const bool dev = device_allocs().find(ptr, &base, &size, &device);
@@ -1436,8 +1456,7 @@ CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUd
 
 CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, void** data, CUdeviceptr ptr) {
   if (!attrs || !data) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  (void)c;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   const bool known = device_allocs().find(ptr, nullptr, nullptr) || host_allocs().find(ptr, nullptr, nullptr);
   for (unsigned i = 0; i < n; ++i) {
     if (!data[i]) continue;
@@ -1602,45 +1621,58 @@ CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned int flags, i
 }
 
 CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
-  STREAM(c, stream, false, s);
+  ordo::Stream s;
+  if (!from_handle(c, stream, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
   return to_cu(c->stream_destroy(s));
 }
 
-#define STREAM_PAIR(name, body)                                                            \
-  CUresult CUDAAPI name(CUstream stream) {                                                 \
-    CLIENT(c);                                                                             \
-    STREAM(c, stream, false, s);                                                           \
-    return body;                                                                           \
-  }                                                                                        \
-  CUresult CUDAAPI name##_ptsz(CUstream stream) {                                          \
-    CLIENT(c);                                                                             \
-    STREAM(c, stream, true, s);                                                            \
-    return body;                                                                           \
-  }
-STREAM_PAIR(cuStreamSynchronize, to_cu(c->stream_synchronize(s)))
-STREAM_PAIR(cuStreamQuery, to_cu(c->stream_query(s)))
-#undef STREAM_PAIR
+CUresult stream_synchronize(CUstream stream, bool per_thread) {
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  return to_cu(c->stream_synchronize(s));
+}
+CUresult CUDAAPI cuStreamSynchronize(CUstream stream) { return stream_synchronize(stream, false); }
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream stream) { return stream_synchronize(stream, true); }
+
+CUresult stream_query(CUstream stream, bool per_thread) {
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  return to_cu(c->stream_query(s));
+}
+CUresult CUDAAPI cuStreamQuery(CUstream stream) { return stream_query(stream, false); }
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream stream) { return stream_query(stream, true); }
 
 CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (flags & ~unsigned(CU_EVENT_WAIT_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
-  STREAM(c, stream, false, s);
+  ordo::Stream s;
+  if (!from_handle(c, stream, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
   return to_cu(c->stream_wait_event(s, to_event(event)));
 }
 CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream stream, CUevent event, unsigned int flags) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (flags & ~unsigned(CU_EVENT_WAIT_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
-  STREAM(c, stream, true, s);
+  ordo::Stream s;
+  if (!from_handle(c, stream, true, &s)) return CUDA_ERROR_INVALID_HANDLE;
   return to_cu(c->stream_wait_event(s, to_event(event)));
 }
 
 CUresult stream_flags(CUstream stream, bool per_thread, unsigned* flags, int* priority) {
-  CLIENT(c);
-  STREAM(c, stream, per_thread, s);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
   if (flags) *flags = s.id == ordo::kLegacyStreamId ? 0 : stream_meta()[s.id].flags.load();
   if (priority) *priority = s.id == ordo::kLegacyStreamId ? 0 : stream_meta()[s.id].priority.load();
   return CUDA_SUCCESS;
@@ -1659,23 +1691,29 @@ CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream h, int* priority) {
 }
 CUresult CUDAAPI cuStreamGetId(CUstream h, unsigned long long* id) {
   if (!id) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  STREAM(c, h, false, s);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, h, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
   *id = uint64_t(s.generation) << 32 | s.id;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamGetId_ptsz(CUstream h, unsigned long long* id) {
   if (!id) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  STREAM(c, h, true, s);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, h, true, &s)) return CUDA_ERROR_INVALID_HANDLE;
   *id = uint64_t(s.generation) << 32 | s.id;
   return CUDA_SUCCESS;
 }
 // The context and device of a stream. The special handles (0, CU_STREAM_LEGACY,
 // CU_STREAM_PER_THREAD) name the current context's default streams.
 CUresult stream_home(CUstream h, bool per_thread, Context** ctx, CUdevice* dev) {
-  CLIENT(c);
-  STREAM(c, h, per_thread, s);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, h, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
   const auto raw = reinterpret_cast<uintptr_t>(h);
   if (raw == 0 || raw == kLegacyHandle || raw == kPerThreadHandle) {
     *ctx = current();
@@ -1726,26 +1764,29 @@ CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream h, CUdevice* dev) {
 // Stream capture is not offered: no stream is ever capturing.
 CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  STREAM(c, h, false, s);
-  (void)s;
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, h, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
   *status = CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream h, CUstreamCaptureStatus* status) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  STREAM(c, h, true, s);
-  (void)s;
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, h, true, &s)) return CUDA_ERROR_INVALID_HANDLE;
   *status = CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
                                            const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* n) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
-  CLIENT(c);
-  STREAM(c, h, false, s);
-  (void)s;
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, h, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
   *status = CU_STREAM_CAPTURE_STATUS_NONE;
   if (id) *id = 0;
   if (graph) *graph = nullptr;
@@ -1803,7 +1844,8 @@ CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int flags) {
   constexpr unsigned kKnown = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
   if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
   if (flags & CU_EVENT_INTERPROCESS) return CUDA_ERROR_NOT_SUPPORTED;
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   ordo::Event e;
   const Status s = c->event_create(&e, flags);
   if (ok(s)) *out = reinterpret_cast<CUevent>(uintptr_t(e.handle));
@@ -1811,21 +1853,26 @@ CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int flags) {
 }
 
 CUresult CUDAAPI cuEventDestroy_v2(CUevent event) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
   return to_cu(c->event_destroy(to_event(event)));
 }
 
 CUresult CUDAAPI cuEventRecord(CUevent event, CUstream stream) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
-  STREAM(c, stream, false, s);
+  ordo::Stream s;
+  if (!from_handle(c, stream, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
   return to_cu(c->event_record(to_event(event), s));
 }
 CUresult CUDAAPI cuEventRecord_ptsz(CUevent event, CUstream stream) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
-  STREAM(c, stream, true, s);
+  ordo::Stream s;
+  if (!from_handle(c, stream, true, &s)) return CUDA_ERROR_INVALID_HANDLE;
   return to_cu(c->event_record(to_event(event), s));
 }
 CUresult CUDAAPI cuEventRecordWithFlags(CUevent event, CUstream stream, unsigned int flags) {
@@ -1838,19 +1885,22 @@ CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent event, CUstream stream, uns
 }
 
 CUresult CUDAAPI cuEventSynchronize(CUevent event) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
   return to_cu(c->event_synchronize(to_event(event)));
 }
 
 CUresult CUDAAPI cuEventQuery(CUevent event) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
   return to_cu(c->event_query(to_event(event)));
 }
 
 CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
-  CLIENT(c);
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!ms) return CUDA_ERROR_INVALID_VALUE;
   if (!start || !end) return CUDA_ERROR_INVALID_HANDLE;
   return to_cu(c->event_elapsed(ms, to_event(start), to_event(end)));
@@ -1980,7 +2030,8 @@ CUresult func_attribute(int* value, CUfunction_attribute attr, CUfunction fn, CU
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   Function* f = function_of(fn);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  DEVICE_OF(d, dev);
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
   const int cc = d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] * 10 +
                  d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR];
   switch (attr) {
@@ -2015,7 +2066,8 @@ CUresult CUDAAPI cuKernelGetAttribute(int* value, CUfunction_attribute attr, CUk
 CUresult func_set_attribute(CUfunction fn, CUfunction_attribute attr, int value, CUdevice dev) {
   Function* f = function_of(fn);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  DEVICE_OF(d, dev);
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
   switch (attr) {
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
       if (value < 0 || value > d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN])
@@ -2046,7 +2098,8 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* block
                                                                       size_t smem, unsigned int) {
   if (!blocks || block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!function_of(fn)) return CUDA_ERROR_INVALID_HANDLE;
-  DEVICE(d);
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
   const int warp = std::max(1, d->attrs[CU_DEVICE_ATTRIBUTE_WARP_SIZE]);
   const int threads = (block_size + warp - 1) / warp * warp;
   int n = std::min(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR] / threads,
@@ -2062,7 +2115,8 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunc
 CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* smem, CUfunction fn, int blocks, int) {
   if (!smem || blocks <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!function_of(fn)) return CUDA_ERROR_INVALID_HANDLE;
-  DEVICE(d);
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
   *smem = std::min<size_t>(size_t(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR]) / size_t(blocks),
                            size_t(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN]));
   return CUDA_SUCCESS;
@@ -2081,7 +2135,8 @@ CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CUfunction fn, cons
   if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&per_sm, fn, threads, config->sharedMemBytes, 0);
       e != CUDA_SUCCESS)
     return e;
-  DEVICE(d);
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
   *clusters = int(int64_t{per_sm} * d->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] / size);
   return CUDA_SUCCESS;
 }
