@@ -201,7 +201,6 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (p.primary_refs.fetch_sub(1) == 1) p.primary_active.store(false);
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
 
 CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
@@ -209,9 +208,6 @@ CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
   if (flags & ~unsigned(CU_CTX_FLAGS_MASK)) return CUDA_ERROR_INVALID_VALUE;
   g_primaries[dev].flags = flags;
   return CUDA_SUCCESS;
-}
-CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
-  return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
@@ -230,7 +226,6 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   // Waits for the device; the session's allocations stay (freed when the program exits).
   return to_cu(on_device(c, dev, [c] { return c->device_synchronize(); }));
 }
-CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
 
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext* ctx) {
   if (!ctx) return CUDA_ERROR_INVALID_VALUE;

@@ -1,6 +1,6 @@
 // Copies: host to device, device to host, device to device (cuMemcpy tells
 // which from the allocations it knows), between devices, and 2D copies.
-#include "state.h"
+#include "forwarded.h"
 
 #include <cstring>
 
@@ -93,84 +93,48 @@ CUresult copy_2d(const CUDA_MEMCPY2D* p, CUstream stream, bool sync, bool per_th
   return CUDA_SUCCESS;
 }
 
+uintptr_t host(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
 }  // namespace
+
+// ================================================================ behind the exports (forwarders.txt)
+
+// H = host, D = device.
+CUresult memcpy_htod(CUdeviceptr d, const void* h, size_t n, bool per_thread) {
+  return copy(d, Side::kDevice, host(h), Side::kHost, n, nullptr, true, per_thread);
+}
+CUresult memcpy_dtoh(void* h, CUdeviceptr d, size_t n, bool per_thread) {
+  return copy(host(h), Side::kHost, d, Side::kDevice, n, nullptr, true, per_thread);
+}
+CUresult memcpy_dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, bool per_thread) {
+  return copy(dst, Side::kDevice, src, Side::kDevice, n, nullptr, true, per_thread);
+}
+CUresult memcpy_htod_async(CUdeviceptr d, const void* h, size_t n, CUstream s, bool per_thread) {
+  return copy(d, Side::kDevice, host(h), Side::kHost, n, s, false, per_thread);
+}
+CUresult memcpy_dtoh_async(void* h, CUdeviceptr d, size_t n, CUstream s, bool per_thread) {
+  return copy(host(h), Side::kHost, d, Side::kDevice, n, s, false, per_thread);
+}
+CUresult memcpy_dtod_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, bool per_thread) {
+  return copy(dst, Side::kDevice, src, Side::kDevice, n, s, false, per_thread);
+}
+CUresult memcpy_unified(CUdeviceptr dst, CUdeviceptr src, size_t n, bool per_thread) {
+  return copy(dst, side_of(dst), src, side_of(src), n, nullptr, true, per_thread);
+}
+CUresult memcpy_unified_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, bool per_thread) {
+  return copy(dst, side_of(dst), src, side_of(src), n, s, false, per_thread);
+}
+CUresult memcpy_peer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n,
+                     bool per_thread) {
+  return copy_peer(dst, dst_ctx, src, src_ctx, n, nullptr, true, per_thread);
+}
+CUresult memcpy_peer_async(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n,
+                           CUstream s, bool per_thread) {
+  return copy_peer(dst, dst_ctx, src, src_ctx, n, s, false, per_thread);
+}
+CUresult memcpy_2d(const CUDA_MEMCPY2D* p, bool per_thread) { return copy_2d(p, nullptr, true, per_thread); }
+CUresult memcpy_2d_async(const CUDA_MEMCPY2D* p, CUstream s, bool per_thread) {
+  return copy_2d(p, s, false, per_thread);
+}
+
 }  // namespace ordo::driver
-
-using namespace ordo::driver;  // NOLINT: these files are the API's implementation
-
-extern "C" {
-
-// ---- copies: H = host, D = device; _ptds/_ptsz: stream 0 is the per-thread stream
-
-#define H(p) reinterpret_cast<uintptr_t>(p)
-CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr d, const void* h, size_t n) {
-  return copy(d, Side::kDevice, H(h), Side::kHost, n, nullptr, true, false);
-}
-CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void* h, size_t n) {
-  return copy(d, Side::kDevice, H(h), Side::kHost, n, nullptr, true, true);
-}
-CUresult CUDAAPI cuMemcpyDtoH_v2(void* h, CUdeviceptr d, size_t n) {
-  return copy(H(h), Side::kHost, d, Side::kDevice, n, nullptr, true, false);
-}
-CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void* h, CUdeviceptr d, size_t n) {
-  return copy(H(h), Side::kHost, d, Side::kDevice, n, nullptr, true, true);
-}
-CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  return copy(dst, Side::kDevice, src, Side::kDevice, n, nullptr, true, false);
-}
-CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  return copy(dst, Side::kDevice, src, Side::kDevice, n, nullptr, true, true);
-}
-CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* h, size_t n, CUstream s) {
-  return copy(d, Side::kDevice, H(h), Side::kHost, n, s, false, false);
-}
-CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void* h, size_t n, CUstream s) {
-  return copy(d, Side::kDevice, H(h), Side::kHost, n, s, false, true);
-}
-CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* h, CUdeviceptr d, size_t n, CUstream s) {
-  return copy(H(h), Side::kHost, d, Side::kDevice, n, s, false, false);
-}
-CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void* h, CUdeviceptr d, size_t n, CUstream s) {
-  return copy(H(h), Side::kHost, d, Side::kDevice, n, s, false, true);
-}
-CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  return copy(dst, Side::kDevice, src, Side::kDevice, n, s, false, false);
-}
-CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  return copy(dst, Side::kDevice, src, Side::kDevice, n, s, false, true);
-}
-CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  return copy(dst, side_of(dst), src, side_of(src), n, nullptr, true, false);
-}
-CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  return copy(dst, side_of(dst), src, side_of(src), n, nullptr, true, true);
-}
-CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  return copy(dst, side_of(dst), src, side_of(src), n, s, false, false);
-}
-CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  return copy(dst, side_of(dst), src, side_of(src), n, s, false, true);
-}
-#undef H
-CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n) {
-  return copy_peer(dst, dst_ctx, src, src_ctx, n, nullptr, true, false);
-}
-CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n) {
-  return copy_peer(dst, dst_ctx, src, src_ctx, n, nullptr, true, true);
-}
-CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n,
-                                   CUstream s) {
-  return copy_peer(dst, dst_ctx, src, src_ctx, n, s, false, false);
-}
-CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
-                                        size_t n, CUstream s) {
-  return copy_peer(dst, dst_ctx, src, src_ctx, n, s, false, true);
-}
-CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D* p) { return copy_2d(p, nullptr, true, false); }
-CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* p) { return copy_2d(p, nullptr, true, true); }
-CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* p) { return copy_2d(p, nullptr, true, false); }
-CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* p) { return copy_2d(p, nullptr, true, true); }
-CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* p, CUstream s) { return copy_2d(p, s, false, false); }
-CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* p, CUstream s) { return copy_2d(p, s, false, true); }
-
-}  // extern "C"

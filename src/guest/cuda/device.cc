@@ -104,7 +104,6 @@ CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
   std::memcpy(uuid->bytes, d->info.uuid, 16);
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return cuDeviceGetUuid(uuid, dev); }
 
 CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
   if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;

@@ -1,6 +1,26 @@
 // Events: created, recorded and waited for in the worker; a handle is the
 // worker's event handle.
-#include "state.h"
+#include "forwarded.h"
+
+namespace ordo::driver {
+
+// ================================================================ behind the exports (forwarders.txt)
+
+CUresult event_record(CUevent event, CUstream stream, bool per_thread) {
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  if (!event) return CUDA_ERROR_INVALID_HANDLE;
+  ordo::Stream s;
+  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  return to_cu(c->event_record(to_event(event), s));
+}
+
+CUresult event_record_with_flags(CUevent event, CUstream stream, unsigned flags, bool per_thread) {
+  if (flags & ~unsigned(CU_EVENT_RECORD_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
+  return event_record(event, stream, per_thread);
+}
+
+}  // namespace ordo::driver
 
 using namespace ordo::driver;  // NOLINT: these files are the API's implementation
 using ordo::Status;
@@ -27,31 +47,6 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent event) {
   return to_cu(c->event_destroy(to_event(event)));
 }
 
-CUresult CUDAAPI cuEventRecord(CUevent event, CUstream stream) {
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  if (!event) return CUDA_ERROR_INVALID_HANDLE;
-  ordo::Stream s;
-  if (!from_handle(c, stream, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  return to_cu(c->event_record(to_event(event), s));
-}
-CUresult CUDAAPI cuEventRecord_ptsz(CUevent event, CUstream stream) {
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  if (!event) return CUDA_ERROR_INVALID_HANDLE;
-  ordo::Stream s;
-  if (!from_handle(c, stream, true, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  return to_cu(c->event_record(to_event(event), s));
-}
-CUresult CUDAAPI cuEventRecordWithFlags(CUevent event, CUstream stream, unsigned int flags) {
-  if (flags & ~unsigned(CU_EVENT_RECORD_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
-  return cuEventRecord(event, stream);
-}
-CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent event, CUstream stream, unsigned int flags) {
-  if (flags & ~unsigned(CU_EVENT_RECORD_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
-  return cuEventRecord_ptsz(event, stream);
-}
-
 CUresult CUDAAPI cuEventSynchronize(CUevent event) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
@@ -72,9 +67,6 @@ CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
   if (!ms) return CUDA_ERROR_INVALID_VALUE;
   if (!start || !end) return CUDA_ERROR_INVALID_HANDLE;
   return to_cu(c->event_elapsed(ms, to_event(start), to_event(end)));
-}
-CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
-  return cuEventElapsedTime_v2(ms, start, end);
 }
 
 }  // extern "C"

@@ -1,4 +1,5 @@
 // Launches, and what a launch may use: function attributes and occupancy.
+#include "forwarded.h"
 #include "module.h"
 
 #include <algorithm>
@@ -45,12 +46,32 @@ CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stre
   return to_cu(c->launch(f->id, grid, block, buf, uint32_t(size), s, smem));
 }
 
-}  // namespace
-}  // namespace ordo::driver
-
-using namespace ordo::driver;  // NOLINT: these files are the API's implementation
-
-extern "C" {
+// Attributes that change nothing a program can observe here: accepted. The rest
+// (clusters, cooperative launches, launch-completion events...) change what
+// the kernel may do or what it signals, and are refused rather than dropped.
+CUresult check_launch_attributes(const CUlaunchConfig* config) {
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    switch (config->attrs[i].id) {
+      case CU_LAUNCH_ATTRIBUTE_IGNORE:
+      case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+      case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+      // Stream order is kept in full; allowing overlap with the previous kernel is only permission.
+      case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: continue;
+      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
+        const auto& d = config->attrs[i].value.clusterDim;
+        if (d.x <= 1 && d.y <= 1 && d.z <= 1) continue;
+        return CUDA_ERROR_NOT_SUPPORTED;
+      }
+      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        if (!config->attrs[i].value.cooperative) continue;
+        return CUDA_ERROR_NOT_SUPPORTED;
+      default: return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  return CUDA_SUCCESS;
+}
 
 // Function attributes: the limits of the device; per-kernel resource use
 // (registers, local memory) is the host compiler's and is not reported.
@@ -83,12 +104,6 @@ CUresult func_attribute(int* value, CUfunction_attribute attr, CUfunction fn, CU
   }
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuFuncGetAttribute(int* value, CUfunction_attribute attr, CUfunction fn) {
-  return func_attribute(value, attr, fn, this_device());
-}
-CUresult CUDAAPI cuKernelGetAttribute(int* value, CUfunction_attribute attr, CUkernel k, CUdevice dev) {
-  return func_attribute(value, attr, reinterpret_cast<CUfunction>(k), dev);
-}
 
 // A kernel's attributes are kept once for every device (the session's devices are alike).
 CUresult func_set_attribute(CUfunction fn, CUfunction_attribute attr, int value, CUdevice dev) {
@@ -108,6 +123,37 @@ CUresult func_set_attribute(CUfunction fn, CUfunction_attribute attr, int value,
     default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
+
+}  // namespace
+
+// ================================================================ behind the exports (forwarders.txt)
+
+CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned smem, CUstream stream, void** params, void** extra, bool per_thread) {
+  return launch(function_of(f), {gx, gy, gz}, {bx, by, bz}, smem, stream, params, extra, per_thread);
+}
+
+CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra, bool per_thread) {
+  if (!config || (config->numAttrs && !config->attrs)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = check_launch_attributes(config); e != CUDA_SUCCESS) return e;
+  return launch(function_of(f), {config->gridDimX, config->gridDimY, config->gridDimZ},
+                {config->blockDimX, config->blockDimY, config->blockDimZ}, config->sharedMemBytes, config->hStream,
+                params, extra, per_thread);
+}
+
+}  // namespace ordo::driver
+
+using namespace ordo::driver;  // NOLINT: these files are the API's implementation
+
+extern "C" {
+
+CUresult CUDAAPI cuFuncGetAttribute(int* value, CUfunction_attribute attr, CUfunction fn) {
+  return func_attribute(value, attr, fn, this_device());
+}
+CUresult CUDAAPI cuKernelGetAttribute(int* value, CUfunction_attribute attr, CUkernel k, CUdevice dev) {
+  return func_attribute(value, attr, reinterpret_cast<CUfunction>(k), dev);
+}
+
 CUresult CUDAAPI cuFuncSetAttribute(CUfunction fn, CUfunction_attribute attr, int value) {
   return func_set_attribute(fn, attr, value, this_device());
 }
@@ -169,58 +215,4 @@ CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CUfunction fn, cons
   return CUDA_SUCCESS;
 }
 
-// ---- launches
-
-CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                unsigned bz, unsigned smem, CUstream stream, void** params, void** extra) {
-  return launch(function_of(f), {gx, gy, gz}, {bx, by, bz}, smem, stream, params, extra, false);
-}
-CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                     unsigned bz, unsigned smem, CUstream stream, void** params, void** extra) {
-  return launch(function_of(f), {gx, gy, gz}, {bx, by, bz}, smem, stream, params, extra, true);
-}
-
-// Attributes that change nothing a program can observe here: accepted. The rest
-// (clusters, cooperative launches, launch-completion events...) change what
-// the kernel may do or what it signals, and are refused rather than dropped.
-CUresult check_launch_attributes(const CUlaunchConfig* config) {
-  for (unsigned i = 0; i < config->numAttrs; ++i) {
-    switch (config->attrs[i].id) {
-      case CU_LAUNCH_ATTRIBUTE_IGNORE:
-      case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
-      case CU_LAUNCH_ATTRIBUTE_PRIORITY:
-      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
-      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
-      // Stream order is kept in full; allowing overlap with the previous kernel is only permission.
-      case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: continue;
-      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
-        const auto& d = config->attrs[i].value.clusterDim;
-        if (d.x <= 1 && d.y <= 1 && d.z <= 1) continue;
-        return CUDA_ERROR_NOT_SUPPORTED;
-      }
-      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-        if (!config->attrs[i].value.cooperative) continue;
-        return CUDA_ERROR_NOT_SUPPORTED;
-      default: return CUDA_ERROR_NOT_SUPPORTED;
-    }
-  }
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
-  if (!config || (config->numAttrs && !config->attrs)) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = check_launch_attributes(config); e != CUDA_SUCCESS) return e;
-  return launch(function_of(f), {config->gridDimX, config->gridDimY, config->gridDimZ},
-                {config->blockDimX, config->blockDimY, config->blockDimZ}, config->sharedMemBytes, config->hStream,
-                params, extra, false);
-}
-CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
-  if (!config || (config->numAttrs && !config->attrs)) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = check_launch_attributes(config); e != CUDA_SUCCESS) return e;
-  return launch(function_of(f), {config->gridDimX, config->gridDimY, config->gridDimZ},
-                {config->blockDimX, config->blockDimY, config->blockDimZ}, config->sharedMemBytes, config->hStream,
-                params, extra, true);
-}
-
 }  // extern "C"
-

@@ -1,6 +1,6 @@
 // Memory: device and page-locked host allocations, registered host memory,
 // pointer attributes, and memsets.
-#include "state.h"
+#include "forwarded.h"
 
 #include <cstring>
 #include <map>
@@ -64,6 +64,34 @@ CUresult memset_2d(CUdeviceptr dst, size_t pitch, uint32_t value, int width, siz
 }
 
 }  // namespace
+
+// ================================================================ behind the exports (forwarders.txt)
+
+CUresult memset_d8(CUdeviceptr d, unsigned char v, size_t n, bool per_thread) {
+  return memset_n(d, v, 1, n, nullptr, true, per_thread);
+}
+CUresult memset_d16(CUdeviceptr d, unsigned short v, size_t n, bool per_thread) {
+  return memset_n(d, v, 2, n, nullptr, true, per_thread);
+}
+CUresult memset_d32(CUdeviceptr d, unsigned int v, size_t n, bool per_thread) {
+  return memset_n(d, v, 4, n, nullptr, true, per_thread);
+}
+CUresult memset_d8_async(CUdeviceptr d, unsigned char v, size_t n, CUstream s, bool per_thread) {
+  return memset_n(d, v, 1, n, s, false, per_thread);
+}
+CUresult memset_d16_async(CUdeviceptr d, unsigned short v, size_t n, CUstream s, bool per_thread) {
+  return memset_n(d, v, 2, n, s, false, per_thread);
+}
+CUresult memset_d32_async(CUdeviceptr d, unsigned int v, size_t n, CUstream s, bool per_thread) {
+  return memset_n(d, v, 4, n, s, false, per_thread);
+}
+CUresult memset_d2d8(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, bool per_thread) {
+  return memset_2d(d, pitch, v, 1, w, h, nullptr, true, per_thread);
+}
+CUresult memset_d2d8_async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s,
+                           bool per_thread) {
+  return memset_2d(d, pitch, v, 1, w, h, s, false, per_thread);
+}
 
 }  // namespace ordo::driver
 
@@ -239,55 +267,8 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_attribute* att
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) {
-  return memset_n(d, v, 1, n, nullptr, true, false);
-}
-CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char v, size_t n) {
-  return memset_n(d, v, 1, n, nullptr, true, true);
-}
-CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) {
-  return memset_n(d, v, 2, n, nullptr, true, false);
-}
-CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short v, size_t n) {
-  return memset_n(d, v, 2, n, nullptr, true, true);
-}
-CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) {
-  return memset_n(d, v, 4, n, nullptr, true, false);
-}
-CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, size_t n) {
-  return memset_n(d, v, 4, n, nullptr, true, true);
-}
-CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) {
-  return memset_n(d, v, 1, n, s, false, false);
-}
-CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream s) {
-  return memset_n(d, v, 1, n, s, false, true);
-}
-CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) {
-  return memset_n(d, v, 2, n, s, false, false);
-}
-CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream s) {
-  return memset_n(d, v, 2, n, s, false, true);
-}
-CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) {
-  return memset_n(d, v, 4, n, s, false, false);
-}
-CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream s) {
-  return memset_n(d, v, 4, n, s, false, true);
-}
-CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h) {
-  return memset_2d(d, pitch, v, 1, w, h, nullptr, true, false);
-}
-CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h) {
-  return memset_2d(d, pitch, v, 1, w, h, nullptr, true, true);
-}
-CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) {
-  return memset_2d(d, pitch, v, 1, w, h, s, false, false);
-}
-CUresult CUDAAPI cuMemsetD2D8Async_ptsz(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h,
-                                        CUstream s) {
-  return memset_2d(d, pitch, v, 1, w, h, s, false, true);
-}
+// The 16- and 32-bit 2D memsets have no per-thread twins here: their _ptds/_ptsz
+// exports are stubs.
 CUresult CUDAAPI cuMemsetD2D16_v2(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h) {
   return memset_2d(d, pitch, v, 2, w, h, nullptr, true, false);
 }

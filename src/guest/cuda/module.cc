@@ -275,7 +275,6 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule* out, const void* image) {
 CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* out, const void* image, unsigned int, CUjit_option*, void**) {
   return cuModuleLoadData(out, image);  // JIT options concern PTX compilation, done on the host
 }
-CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule* out, const void* image) { return cuModuleLoadData(out, image); }
 
 CUresult CUDAAPI cuModuleUnload(CUmodule m) {
   Module* mod = module_of(m);

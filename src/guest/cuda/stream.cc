@@ -1,7 +1,7 @@
 // Streams: creation and queries, waits on events, host functions and
 // callbacks in stream order, and the stream-capture queries (no stream ever
 // captures).
-#include "state.h"
+#include "forwarded.h"
 
 #include <algorithm>
 #include <atomic>
@@ -47,66 +47,6 @@ CUresult stream_create(CUstream* out, unsigned flags, int priority) {
   return CUDA_SUCCESS;
 }
 
-}  // namespace
-}  // namespace ordo::driver
-
-using namespace ordo::driver;  // NOLINT: these files are the API's implementation
-
-extern "C" {
-
-CUresult CUDAAPI cuStreamCreate(CUstream* out, unsigned int flags) { return stream_create(out, flags, 0); }
-CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int priority) {
-  return stream_create(out, flags, priority);
-}
-
-CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
-  ordo::Stream s;
-  if (!from_handle(c, stream, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  return to_cu(c->stream_destroy(s));
-}
-
-CUresult stream_synchronize(CUstream stream, bool per_thread) {
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  ordo::Stream s;
-  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  return to_cu(c->stream_synchronize(s));
-}
-CUresult CUDAAPI cuStreamSynchronize(CUstream stream) { return stream_synchronize(stream, false); }
-CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream stream) { return stream_synchronize(stream, true); }
-
-CUresult stream_query(CUstream stream, bool per_thread) {
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  ordo::Stream s;
-  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  return to_cu(c->stream_query(s));
-}
-CUresult CUDAAPI cuStreamQuery(CUstream stream) { return stream_query(stream, false); }
-CUresult CUDAAPI cuStreamQuery_ptsz(CUstream stream) { return stream_query(stream, true); }
-
-CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  if (flags & ~unsigned(CU_EVENT_WAIT_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
-  if (!event) return CUDA_ERROR_INVALID_HANDLE;
-  ordo::Stream s;
-  if (!from_handle(c, stream, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  return to_cu(c->stream_wait_event(s, to_event(event)));
-}
-CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream stream, CUevent event, unsigned int flags) {
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  if (flags & ~unsigned(CU_EVENT_WAIT_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
-  if (!event) return CUDA_ERROR_INVALID_HANDLE;
-  ordo::Stream s;
-  if (!from_handle(c, stream, true, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  return to_cu(c->stream_wait_event(s, to_event(event)));
-}
-
 CUresult stream_flags(CUstream stream, bool per_thread, unsigned* flags, int* priority) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
@@ -116,36 +56,7 @@ CUresult stream_flags(CUstream stream, bool per_thread, unsigned* flags, int* pr
   if (priority) *priority = s.id == ordo::kLegacyStreamId ? 0 : stream_meta()[s.id].priority.load();
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuStreamGetFlags(CUstream h, unsigned int* flags) {
-  return flags ? stream_flags(h, false, flags, nullptr) : CUDA_ERROR_INVALID_VALUE;
-}
-CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream h, unsigned int* flags) {
-  return flags ? stream_flags(h, true, flags, nullptr) : CUDA_ERROR_INVALID_VALUE;
-}
-CUresult CUDAAPI cuStreamGetPriority(CUstream h, int* priority) {
-  return priority ? stream_flags(h, false, nullptr, priority) : CUDA_ERROR_INVALID_VALUE;
-}
-CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream h, int* priority) {
-  return priority ? stream_flags(h, true, nullptr, priority) : CUDA_ERROR_INVALID_VALUE;
-}
-CUresult CUDAAPI cuStreamGetId(CUstream h, unsigned long long* id) {
-  if (!id) return CUDA_ERROR_INVALID_VALUE;
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  ordo::Stream s;
-  if (!from_handle(c, h, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  *id = uint64_t(s.generation) << 32 | s.id;
-  return CUDA_SUCCESS;
-}
-CUresult CUDAAPI cuStreamGetId_ptsz(CUstream h, unsigned long long* id) {
-  if (!id) return CUDA_ERROR_INVALID_VALUE;
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  ordo::Stream s;
-  if (!from_handle(c, h, true, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  *id = uint64_t(s.generation) << 32 | s.id;
-  return CUDA_SUCCESS;
-}
+
 // The context and device of a stream. The special handles (0, CU_STREAM_LEGACY,
 // CU_STREAM_PER_THREAD) name the current context's default streams.
 CUresult stream_home(CUstream h, bool per_thread, Context** ctx, CUdevice* dev) {
@@ -167,8 +78,69 @@ CUresult stream_home(CUstream h, bool per_thread, Context** ctx, CUdevice* dev) 
   if (!*ctx || device_of(*ctx) != *dev) *ctx = primary_ctx(*dev);  // made where no context was current
   return CUDA_SUCCESS;
 }
+
+// A stream callback gets CUDA_SUCCESS or the context's persistent error, as
+// CUDA documents: a kernel fault before it is reported to it (the cuda backend
+// learns of faults only this way).
+CUresult callback_status() {
+  ordo::Client* c = attached_client();
+  return c ? to_cu(c->sticky_error()) : CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// ================================================================ behind the exports (forwarders.txt)
+
+CUresult stream_synchronize(CUstream stream, bool per_thread) {
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  return to_cu(c->stream_synchronize(s));
+}
+
+CUresult stream_query(CUstream stream, bool per_thread) {
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  return to_cu(c->stream_query(s));
+}
+
+CUresult stream_wait_event(CUstream stream, CUevent event, unsigned flags, bool per_thread) {
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  if (flags & ~unsigned(CU_EVENT_WAIT_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
+  if (!event) return CUDA_ERROR_INVALID_HANDLE;
+  ordo::Stream s;
+  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  return to_cu(c->stream_wait_event(s, to_event(event)));
+}
+
+CUresult stream_get_flags(CUstream h, unsigned* flags, bool per_thread) {
+  return flags ? stream_flags(h, per_thread, flags, nullptr) : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult stream_get_priority(CUstream h, int* priority, bool per_thread) {
+  return priority ? stream_flags(h, per_thread, nullptr, priority) : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult stream_get_id(CUstream h, unsigned long long* id, bool per_thread) {
+  if (!id) return CUDA_ERROR_INVALID_VALUE;
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  ordo::Stream s;
+  if (!from_handle(c, h, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  *id = uint64_t(s.generation) << 32 | s.id;
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_get_ctx(CUstream h, CUcontext* ctx, bool per_thread) {
+  return ctx ? stream_get_ctx_v2(h, ctx, nullptr, per_thread) : CUDA_ERROR_INVALID_VALUE;
+}
+
 // The context a stream was made in. No green contexts here: *green is always NULL.
-static CUresult stream_ctx_v2(CUstream h, CUcontext* ctx, CUgreenCtx* green, bool per_thread) {
+CUresult stream_get_ctx_v2(CUstream h, CUcontext* ctx, CUgreenCtx* green, bool per_thread) {
   if (!ctx && !green) return CUDA_ERROR_INVALID_VALUE;
   Context* x = nullptr;
   CUdevice d = 0;
@@ -177,56 +149,58 @@ static CUresult stream_ctx_v2(CUstream h, CUcontext* ctx, CUgreenCtx* green, boo
   if (green) *green = nullptr;
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuStreamGetCtx(CUstream h, CUcontext* ctx) {
-  return ctx ? stream_ctx_v2(h, ctx, nullptr, false) : CUDA_ERROR_INVALID_VALUE;
-}
-CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream h, CUcontext* ctx) {
-  return ctx ? stream_ctx_v2(h, ctx, nullptr, true) : CUDA_ERROR_INVALID_VALUE;
-}
-CUresult CUDAAPI cuStreamGetCtx_v2(CUstream h, CUcontext* ctx, CUgreenCtx* green) {
-  return stream_ctx_v2(h, ctx, green, false);
-}
-CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream h, CUcontext* ctx, CUgreenCtx* green) {
-  return stream_ctx_v2(h, ctx, green, true);
-}
-CUresult CUDAAPI cuStreamGetDevice(CUstream h, CUdevice* dev) {
+
+CUresult stream_get_device(CUstream h, CUdevice* dev, bool per_thread) {
   if (!dev) return CUDA_ERROR_INVALID_VALUE;
   Context* x = nullptr;
-  return stream_home(h, false, &x, dev);
-}
-CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream h, CUdevice* dev) {
-  if (!dev) return CUDA_ERROR_INVALID_VALUE;
-  Context* x = nullptr;
-  return stream_home(h, true, &x, dev);
+  return stream_home(h, per_thread, &x, dev);
 }
 
 // Stream capture is not offered: no stream is ever capturing.
-CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) {
+CUresult stream_is_capturing(CUstream h, CUstreamCaptureStatus* status, bool per_thread) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   ordo::Stream s;
-  if (!from_handle(c, h, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!from_handle(c, h, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
   *status = CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream h, CUstreamCaptureStatus* status) {
-  if (!status) return CUDA_ERROR_INVALID_VALUE;
+
+CUresult launch_host_func(CUstream stream, CUhostFn fn, void* data, bool per_thread) {
+  if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  return host_func(stream, per_thread, [fn, data] { fn(data); });
+}
+
+CUresult stream_add_callback(CUstream stream, CUstreamCallback cb, void* data, unsigned flags, bool per_thread) {
+  if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  // The callback is handed the stream as the program named it (0 stays 0).
+  return host_func(stream, per_thread, [cb, stream, data] { cb(stream, callback_status(), data); });
+}
+
+}  // namespace ordo::driver
+
+using namespace ordo::driver;  // NOLINT: these files are the API's implementation
+
+extern "C" {
+
+CUresult CUDAAPI cuStreamCreate(CUstream* out, unsigned int flags) { return stream_create(out, flags, 0); }
+CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int priority) {
+  return stream_create(out, flags, priority);
+}
+
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
   ordo::Stream s;
-  if (!from_handle(c, h, true, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return CUDA_SUCCESS;
+  if (!from_handle(c, stream, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  return to_cu(c->stream_destroy(s));
 }
+
 CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
                                            const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* n) {
-  if (!status) return CUDA_ERROR_INVALID_VALUE;
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  ordo::Stream s;
-  if (!from_handle(c, h, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (CUresult e = stream_is_capturing(h, status, false); e != CUDA_SUCCESS) return e;
   if (id) *id = 0;
   if (graph) *graph = nullptr;
   if (deps) *deps = nullptr;
@@ -247,33 +221,6 @@ CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   std::swap(*mode, t_mode);  // recorded: with no capture, every mode allows every call
   return CUDA_SUCCESS;
-}
-
-// ---- host functions
-
-CUresult CUDAAPI cuLaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
-  if (!fn) return CUDA_ERROR_INVALID_VALUE;
-  return host_func(stream, false, [fn, data] { fn(data); });
-}
-CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream stream, CUhostFn fn, void* data) {
-  if (!fn) return CUDA_ERROR_INVALID_VALUE;
-  return host_func(stream, true, [fn, data] { fn(data); });
-}
-// A stream callback gets CUDA_SUCCESS or the context's persistent error, as
-// CUDA documents: a kernel fault before it is reported to it (the cuda backend
-// learns of faults only this way).
-CUresult callback_status() {
-  ordo::Client* c = attached_client();
-  return c ? to_cu(c->sticky_error()) : CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuStreamAddCallback(CUstream stream, CUstreamCallback cb, void* data, unsigned int flags) {
-  if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  return host_func(stream, false, [cb, stream, data] { cb(stream, callback_status(), data); });
-}
-CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream stream, CUstreamCallback cb, void* data, unsigned int flags) {
-  if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  return host_func(stream, true, [cb, stream, data] { cb(stream, callback_status(), data); });
 }
 
 }  // extern "C"
