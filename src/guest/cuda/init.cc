@@ -8,9 +8,10 @@
 // (state.h), so every function is defined under its exported name
 // (cuMemAlloc_v2, cuMemcpyHtoD_v2_ptds...) with the signature the compiler
 // checks. What is not implemented is a weak stub (generated, driver_stubs.cc)
-// that names itself once and returns CUDA_ERROR_NOT_SUPPORTED. cuGetProcAddress
-// resolves through the generated table (proc_table.h). docs/CUDA.md lists what
-// is supported.
+// that names itself once and returns CUDA_ERROR_NOT_SUPPORTED; the _ptds/_ptsz
+// twins and _v2-style aliases are generated from forwarders.txt.
+// cuGetProcAddress resolves through the generated table (proc_table.h).
+// docs/CUDA.md lists what is supported.
 #include "state.h"
 
 #include <algorithm>

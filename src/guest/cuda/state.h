@@ -35,7 +35,7 @@ CUresult enter(ordo::Client** out);
 CUresult enter();
 
 bool initialized();               // cuInit has succeeded
-ordo::Client* attached_client();  // the client, or null before cuInit or once the library is unloaded
+ordo::Client* attached_client();  // the client, or null: not attached (yet), or detached at unload
 
 CUresult to_cu(ordo::Status s);
 
@@ -65,8 +65,8 @@ CUresult device_cache(CUdevice dev, const DeviceCache** out);
 
 struct Context;  // one primary context per device plus any cuCtxCreate'd ones
 
-Context* current();             // the calling thread's current context, or null
-Context* context_of(CUcontext h);  // null: not a context of ours
+Context* current();                  // the calling thread's current context, or null
+Context* context_of(CUcontext h);    // null: not a context of ours
 Context* primary_ctx(CUdevice dev);  // device dev's primary context; dev must be valid
 CUdevice device_of(const Context* c);
 inline CUcontext handle(Context* c) { return reinterpret_cast<CUcontext>(c); }
