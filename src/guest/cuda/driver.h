@@ -1,4 +1,5 @@
-// What the export tables (dark_api.cc) need of the driver's state (driver.cc).
+// What the export tables (dark_api.cc) need of the driver's state (context.cc,
+// device.cc, init.cc).
 #pragma once
 
 #include <cuda.h>

@@ -1,0 +1,218 @@
+// Launches, and what a launch may use: function attributes and occupancy.
+#include "forwarded.h"
+#include "module.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ordo::driver {
+namespace {
+
+CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stream, void** params, void** extra,
+                bool per_thread) {
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  ordo::Stream s;
+  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  const void* buf = nullptr;
+  uint64_t size = 0;
+  ParamBuffer packed;
+  if (extra) {
+    // {CU_LAUNCH_PARAM_BUFFER_POINTER, p, CU_LAUNCH_PARAM_BUFFER_SIZE, &n, CU_LAUNCH_PARAM_END}: already packed.
+    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
+      if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = e[1];
+      else if (*e == CU_LAUNCH_PARAM_BUFFER_SIZE && e[1]) size = *static_cast<size_t*>(e[1]);
+      else return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (params || (size && !buf)) return CUDA_ERROR_INVALID_VALUE;
+  } else {
+    if (!f->layout) {
+      std::fprintf(stderr, "ordo: no parameter layout for kernel %s in its module%s%s; it cannot be launched\n",
+                   f->name.c_str(), f->module->parse_error.empty() ? "" : ": ", f->module->parse_error.c_str());
+      return CUDA_ERROR_INVALID_IMAGE;
+    }
+    switch (pack_params(*f->layout, params, &packed)) {
+      case PackError::kNone: break;
+      case PackError::kMissingArgument: return CUDA_ERROR_INVALID_VALUE;
+      case PackError::kBadLayout: return CUDA_ERROR_INVALID_IMAGE;
+    }
+    buf = packed.data();
+    size = packed.size();
+  }
+  if (size > kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
+  if (smem > unsigned(f->max_dynamic_smem.load(std::memory_order_relaxed)) && smem > 48 * 1024)
+    return CUDA_ERROR_INVALID_VALUE;
+  return to_cu(c->launch(f->id, grid, block, buf, uint32_t(size), s, smem));
+}
+
+// Attributes that change nothing a program can observe here: accepted. The rest
+// (clusters, cooperative launches, launch-completion events...) change what
+// the kernel may do or what it signals, and are refused rather than dropped.
+CUresult check_launch_attributes(const CUlaunchConfig* config) {
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    switch (config->attrs[i].id) {
+      case CU_LAUNCH_ATTRIBUTE_IGNORE:
+      case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+      case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+      // Stream order is kept in full; allowing overlap with the previous kernel is only permission.
+      case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: continue;
+      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
+        const auto& d = config->attrs[i].value.clusterDim;
+        if (d.x <= 1 && d.y <= 1 && d.z <= 1) continue;
+        return CUDA_ERROR_NOT_SUPPORTED;
+      }
+      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        if (!config->attrs[i].value.cooperative) continue;
+        return CUDA_ERROR_NOT_SUPPORTED;
+      default: return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// Function attributes: the limits of the device; per-kernel resource use
+// (registers, local memory) is the host compiler's and is not reported.
+CUresult func_attribute(int* value, CUfunction_attribute attr, CUfunction fn, CUdevice dev) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  Function* f = function_of(fn);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
+  const int cc = d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] * 10 +
+                 d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR];
+  switch (attr) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = d->attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK]; break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = cc; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = f->max_dynamic_smem.load(); break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *value = -1; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+// A kernel's attributes are kept once for every device (the session's devices are alike).
+CUresult func_set_attribute(CUfunction fn, CUfunction_attribute attr, int value, CUdevice dev) {
+  Function* f = function_of(fn);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
+  switch (attr) {
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+      if (value < 0 || value > d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN])
+        return CUDA_ERROR_INVALID_VALUE;
+      f->max_dynamic_smem.store(value);
+      return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: return CUDA_SUCCESS;  // hints
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+}  // namespace
+
+// ================================================================ behind the exports (forwarders.txt)
+
+CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned smem, CUstream stream, void** params, void** extra, bool per_thread) {
+  return launch(function_of(f), {gx, gy, gz}, {bx, by, bz}, smem, stream, params, extra, per_thread);
+}
+
+CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra, bool per_thread) {
+  if (!config || (config->numAttrs && !config->attrs)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = check_launch_attributes(config); e != CUDA_SUCCESS) return e;
+  return launch(function_of(f), {config->gridDimX, config->gridDimY, config->gridDimZ},
+                {config->blockDimX, config->blockDimY, config->blockDimZ}, config->sharedMemBytes, config->hStream,
+                params, extra, per_thread);
+}
+
+}  // namespace ordo::driver
+
+using namespace ordo::driver;  // NOLINT: these files are the API's implementation
+
+extern "C" {
+
+CUresult CUDAAPI cuFuncGetAttribute(int* value, CUfunction_attribute attr, CUfunction fn) {
+  return func_attribute(value, attr, fn, this_device());
+}
+CUresult CUDAAPI cuKernelGetAttribute(int* value, CUfunction_attribute attr, CUkernel k, CUdevice dev) {
+  return func_attribute(value, attr, reinterpret_cast<CUfunction>(k), dev);
+}
+
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction fn, CUfunction_attribute attr, int value) {
+  return func_set_attribute(fn, attr, value, this_device());
+}
+CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attr, int value, CUkernel k, CUdevice dev) {
+  return func_set_attribute(reinterpret_cast<CUfunction>(k), attr, value, dev);
+}
+CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction fn, CUfunc_cache) {
+  return function_of(fn) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;  // a preference
+}
+CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel k, CUfunc_cache, CUdevice dev) {
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  return function_of(k) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, CUfunction fn, int block_size,
+                                                                      size_t smem, unsigned int) {
+  if (!blocks || block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!function_of(fn)) return CUDA_ERROR_INVALID_HANDLE;
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
+  const int warp = std::max(1, d->attrs[CU_DEVICE_ATTRIBUTE_WARP_SIZE]);
+  const int threads = (block_size + warp - 1) / warp * warp;
+  int n = std::min(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR] / threads,
+                   d->attrs[CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR]);
+  if (smem) n = std::min<int>(n, int(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR] / smem));
+  *blocks = std::max(0, n);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction fn, int block_size,
+                                                             size_t smem) {
+  return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, fn, block_size, smem, 0);
+}
+CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* smem, CUfunction fn, int blocks, int) {
+  if (!smem || blocks <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!function_of(fn)) return CUDA_ERROR_INVALID_HANDLE;
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
+  *smem = std::min<size_t>(size_t(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR]) / size_t(blocks),
+                           size_t(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN]));
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CUfunction fn, const CUlaunchConfig* config) {
+  if (!clusters || !config) return CUDA_ERROR_INVALID_VALUE;
+  unsigned size = 1;
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      const auto& d = config->attrs[i].value.clusterDim;
+      size = std::max(1u, d.x) * std::max(1u, d.y) * std::max(1u, d.z);
+    }
+  int per_sm = 0;
+  const int threads = int(config->blockDimX * config->blockDimY * config->blockDimZ);
+  if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&per_sm, fn, threads, config->sharedMemBytes, 0);
+      e != CUDA_SUCCESS)
+    return e;
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
+  *clusters = int(int64_t{per_sm} * d->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] / size);
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,42 @@
+// Modules and their functions (module.cc), for the launch area (launch.cc).
+#pragma once
+
+#include "state.h"  // first: it includes cuda.h
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "fatbin.h"
+
+namespace ordo::driver {
+
+struct Module;
+struct Function {
+  Module* module = nullptr;
+  std::string name;
+  const KernelLayout* layout = nullptr;
+  uint32_t id = 0;  // the worker's kernel id
+  std::atomic<int> max_dynamic_smem{48 * 1024};
+};
+
+// One loaded image: CUmodule and CUlibrary are both this.
+struct Module {
+  uint64_t key = 0;  // of its Image
+  uint32_t id = 0;   // the worker's module id
+  CUdevice device = 0;  // the device current at load: a CUmodule's variables are its context's
+  KernelLayouts layouts;
+  GlobalSizes global_sizes;
+  std::string parse_error;
+  std::mutex mu;
+  std::map<std::string, std::unique_ptr<Function>, std::less<>> functions;
+};
+
+// The live module or library behind handle `h`; null if none.
+Module* module_of(const void* h);
+// The function or kernel behind handle `h` (a function of a live module); null if none.
+Function* function_of(const void* h);
+
+}  // namespace ordo::driver
