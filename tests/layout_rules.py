@@ -62,7 +62,7 @@ def allowed(src, dst):
     if dst == 'engine':
         return src.startswith('backend:')  # the Backend interface, for each backend
     if dst.startswith('backend:'):
-        return src == 'engine'  # make_backend (backend.cc) and main.cc pick a backend
+        return src == 'engine'  # make_backend (backend.cc) and serve.cc (--sim-kernels) reach a backend
     return False
 
 
