@@ -16,17 +16,12 @@ bool read(std::span<const std::byte> b, uint64_t off, T* out) {
   return true;
 }
 
-constexpr uint16_t kKindPtx = 1;
-constexpr uint16_t kKindElf = 2;
-constexpr uint64_t kFlagZstd = 0x8000;
-constexpr uint64_t kFlagLz4 = 0x2000;
 constexpr uint64_t kMaxFatbin = uint64_t{1} << 32;
 
 // nv.info attribute formats and the attributes read here.
 constexpr uint8_t kFmtNval = 1, kFmtBval = 2, kFmtHval = 3, kFmtSval = 4;
 constexpr uint8_t kAttrKparamInfo = 0x17;
 constexpr uint8_t kAttrCbankParamSize = 0x19;
-constexpr uint32_t kShtCudaInfo = 0x70000000;
 
 // libzstd, if the guest has it: the only thing libcuda.so.1 needs it for is
 // reading compressed PTX or cubins, so it is not a build dependency.
@@ -50,7 +45,7 @@ const Zstd& zstd() {
 
 bool decompress(std::span<const std::byte> in, uint64_t out_size, uint64_t flags, std::vector<std::byte>* out,
                 std::string* error) {
-  if (flags & kFlagLz4) {
+  if (flags & image::kEntryLz4) {
     *error = "LZ4-compressed fatbin entry (older nvcc); rebuild with nvcc 12.4+ or -Xfatbin -compress-all=false";
     return false;
   }
@@ -125,52 +120,42 @@ bool parse_nv_info(std::span<const std::byte> b, KernelLayout* k) {
   return true;
 }
 
-bool parse_fatbin_body(std::span<const std::byte> image, KernelLayouts* cubin, KernelLayouts* ptx,
+bool parse_fatbin_body(std::span<const std::byte> fatbin, KernelLayouts* cubin, KernelLayouts* ptx,
                        std::string* error, GlobalSizes* globals) {
-  uint32_t magic;
-  uint16_t version, header_size;
-  uint64_t body;
-  if (!read(image, 0, &magic) || magic != kFatbinMagic) {
+  image::FatbinReader r(fatbin);
+  if (r.error() == image::FatbinError::kNotFatbin) {
     *error = "not a fatbin (bad magic)";
     return false;
   }
-  read(image, 4, &version);
-  read(image, 6, &header_size);
-  read(image, 8, &body);
-  if (header_size < 16 || header_size > image.size() || body > image.size() - header_size) {
+  if (r.error() != image::FatbinError::kNone) {
     *error = "fatbin header sizes run past the image";
     return false;
   }
   std::string first_error;
-  for (uint64_t off = header_size, end = header_size + body; off < end;) {
-    uint16_t kind;
-    uint32_t ehs, csize;
-    uint64_t psize, flags, usize;
-    if (!read(image, off, &kind) || !read(image, off + 4, &ehs) || !read(image, off + 8, &psize) ||
-        !read(image, off + 16, &csize) || !read(image, off + 40, &flags) || !read(image, off + 56, &usize) ||
-        ehs < 64 || ehs > end - off || psize > end - off - ehs) {
-      *error = "fatbin entry at offset " + std::to_string(off) + " runs past the image";
-      return false;
-    }
-    std::span<const std::byte> payload = image.subspan(off + ehs, psize);
-    off += ehs + psize;
-    if (kind != kKindElf && kind != kKindPtx) continue;  // e.g. LTO IR
+  for (image::FatbinEntry entry; r.next(&entry);) {
+    if (!entry.is(image::EntryKind::kElf) && !entry.is(image::EntryKind::kPtx)) continue;  // e.g. LTO IR
+    std::span<const std::byte> payload = entry.payload;
     std::vector<std::byte> plain;
-    if (flags & (kFlagZstd | kFlagLz4)) {
+    if (entry.compressed()) {
       // Worth the work only where a cubin is missing.
       std::string e;
-      if (csize > payload.size() || !decompress(payload.first(csize), usize, flags, &plain, &e)) {
+      if (!entry.compressed_fits() ||
+          !decompress(payload.first(entry.compressed_size), entry.uncompressed_size, entry.flags, &plain, &e)) {
         if (first_error.empty()) first_error = e.empty() ? "bad compressed entry" : e;
         continue;
       }
       payload = plain;
     }
     std::string e;
-    const bool ok = kind == kKindElf
+    const bool ok = entry.is(image::EntryKind::kElf)
                         ? parse_cubin(payload, cubin, &e, globals)
                         : parse_ptx(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()),
                                     ptx, &e);
     if (!ok && first_error.empty()) first_error = e;
+  }
+  if (r.error() != image::FatbinError::kNone) {
+    *error = "fatbin entry at offset " + std::to_string(r.offset()) + " runs past the image";
+    return false;
   }
   if (cubin->empty() && ptx->empty() && !first_error.empty()) {
     *error = first_error;
@@ -195,87 +180,62 @@ PackError pack_params(const KernelLayout& l, void* const* args, ParamBuffer* out
 
 uint64_t fatbin_size(const void* data) {
   if (!data) return 0;
-  uint32_t magic;
-  uint16_t header_size;
-  uint64_t body;
-  std::memcpy(&magic, data, 4);
-  if (magic != kFatbinMagic) return 0;
-  std::memcpy(&header_size, static_cast<const std::byte*>(data) + 6, 2);
-  std::memcpy(&body, static_cast<const std::byte*>(data) + 8, 8);
-  if (header_size < 16 || body > kMaxFatbin) return 0;
-  return header_size + body;
+  const auto* p = static_cast<const std::byte*>(data);
+  if (image::classify({p, 4}) != image::Format::kFatbin) return 0;  // the rest only after the magic
+  image::FatbinHeader h;
+  image::read_fatbin_header({p, image::kFatbinHeaderSize}, &h);
+  if (h.header_size < image::kFatbinHeaderSize || h.body_size > kMaxFatbin) return 0;
+  return h.total_size();
 }
 
 bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string* error, GlobalSizes* globals) {
-  static constexpr unsigned char kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
-  if (elf.size() < 64 || std::memcmp(elf.data(), kElfMagic, 4) != 0 || uint8_t(elf[4]) != 2 ||
-      uint8_t(elf[5]) != 1) {
+  const image::ElfReader r(elf);
+  if (!r.is_elf64() || r.header().data != image::kElfLittleEndian) {
     *error = "cubin is not a 64-bit little-endian ELF";
     return false;
   }
-  uint64_t shoff;
-  uint16_t shentsize, shnum, shstrndx;
-  read(elf, 0x28, &shoff);
-  read(elf, 0x3a, &shentsize);
-  read(elf, 0x3c, &shnum);
-  read(elf, 0x3e, &shstrndx);
-  if (shentsize < 64 || shstrndx >= shnum || shoff > elf.size() || uint64_t{shnum} * shentsize > elf.size() - shoff) {
+  const uint16_t shnum = r.header().shnum;
+  if (r.section_table_error() != image::ElfError::kNone || r.header().shstrndx >= shnum) {
     *error = "cubin section table runs past the image";
     return false;
   }
-  struct Section {
-    uint32_t name, type;
-    uint64_t offset, size;
-    uint32_t link;
-  };
-  auto section = [&](uint32_t i) {
-    Section s{};
-    const uint64_t h = shoff + uint64_t{i} * shentsize;
-    read(elf, h, &s.name);
-    read(elf, h + 4, &s.type);
-    read(elf, h + 24, &s.offset);
-    read(elf, h + 32, &s.size);
-    read(elf, h + 40, &s.link);
-    return s;
-  };
-  auto inside = [&](const Section& s) { return s.offset <= elf.size() && s.size <= elf.size() - s.offset; };
-  const Section strtab = section(shstrndx);
-  if (strtab.offset > elf.size() || strtab.size > elf.size() - strtab.offset) {
+  const image::ElfSection strtab = r.section(r.header().shstrndx);
+  if (!strtab.inside) {
     *error = "cubin section names run past the image";
     return false;
   }
-  const std::string_view names(reinterpret_cast<const char*>(elf.data() + strtab.offset), strtab.size);
+  const std::string_view names(reinterpret_cast<const char*>(strtab.data.data()), strtab.data.size());
   static constexpr std::string_view kPrefix = ".nv.info.";
-  for (uint32_t i = 0; i < shnum; ++i) {
-    const Section s = section(i);
-    if (s.type != kShtCudaInfo || s.name >= names.size()) continue;
+  for (uint16_t i = 0; i < shnum; ++i) {
+    const image::ElfSection s = r.section(i);
+    if (s.type != image::kShtCudaInfo || s.name >= names.size()) continue;
     std::string_view name = names.substr(s.name);
     name = name.substr(0, name.find('\0'));
     if (!name.starts_with(kPrefix)) continue;
-    if (s.offset > elf.size() || s.size > elf.size() - s.offset) {
+    if (!s.inside) {
       *error = "cubin section " + std::string(name) + " runs past the image";
       return false;
     }
     KernelLayout k;
-    if (!parse_nv_info(elf.subspan(s.offset, s.size), &k)) {
+    if (!parse_nv_info(s.data, &k)) {
       *error = "cannot read the parameter layout in cubin section " + std::string(name);
       return false;
     }
     out->emplace(std::string(name.substr(kPrefix.size())), std::move(k));
   }
-  for (uint32_t i = 0; globals && i < shnum; ++i) {
-    const Section s = section(i);
-    if (s.type != 2 /* SHT_SYMTAB */ || !inside(s) || s.link >= shnum) continue;
-    const Section str = section(s.link);
-    if (!inside(str)) continue;
-    const std::string_view symnames(reinterpret_cast<const char*>(elf.data() + str.offset), str.size);
-    for (uint64_t off = s.offset; off + 24 <= s.offset + s.size; off += 24) {  // Elf64_Sym
+  for (uint16_t i = 0; globals && i < shnum; ++i) {
+    const image::ElfSection s = r.section(i);
+    if (s.type != image::kShtSymtab || !s.inside || s.link >= shnum) continue;
+    const image::ElfSection str = r.section(uint16_t(s.link));
+    if (!str.inside) continue;
+    const std::string_view symnames(reinterpret_cast<const char*>(str.data.data()), str.data.size());
+    for (uint64_t off = 0; off + 24 <= s.data.size(); off += 24) {  // Elf64_Sym
       uint32_t name = 0;
       uint8_t info = 0;
       uint64_t size = 0;
-      read(elf, off, &name);
-      read(elf, off + 4, &info);
-      read(elf, off + 16, &size);
+      read(s.data, off, &name);
+      read(s.data, off + 4, &info);
+      read(s.data, off + 16, &size);
       if ((info & 0xf) != 1 /* STT_OBJECT */ || name >= symnames.size()) continue;
       std::string_view n = symnames.substr(name);
       globals->emplace(std::string(n.substr(0, n.find('\0'))), size);

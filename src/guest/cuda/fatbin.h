@@ -7,17 +7,11 @@
 // `.nv.info.<kernel>`, attribute EIATTR_KPARAM_INFO, one per parameter.
 // Without a cubin the PTX `.entry` declaration gives the same layout.
 //
-// Fatbin container, as nvcc 13 writes it (little-endian):
-//   header  u32 magic 0xBA55ED50, u16 version, u16 header_size, u64 body_size
-//   entries, back to back over body_size bytes, each:
-//     +0  u16 kind (1 PTX, 2 ELF cubin)  +2 u16 ?  +4 u32 header_size
-//     +8  u64 payload_size (padded)      +16 u32 compressed_size (0: not compressed)
-//     +28 u32 sm arch                    +40 u64 flags (0x8000: zstd-compressed, 0x2000: LZ4)
-//     +56 u64 uncompressed size (when compressed)
-//     payload at entry + header_size.
-// nvcc 13 compresses PTX by default and cubins only with -Xfatbin -compress-all;
-// compressed payloads are zstd frames, decompressed with libzstd.so.1 loaded at
-// run time when present.
+// The formats (fatbin container, entry kinds and flags, ELF) and the
+// bounds-checked walks over them are transport/module_image.h's, shared with
+// the worker's validator; this file keeps what only the guest needs: the
+// .nv.info attributes and PTX declarations, decompression (zstd entries, with
+// libzstd.so.1 loaded at run time when present) and the parameter packing.
 #pragma once
 
 #include <boost/container/small_vector.hpp>
@@ -30,10 +24,12 @@
 #include <string_view>
 #include <vector>
 
+#include "transport/module_image.h"
+
 namespace ordo::driver {
 
-inline constexpr uint32_t kFatbinMagic = 0xBA55ED50;
-inline constexpr uint32_t kFatbinWrapperMagic = 0x466243b1;  // __fatDeviceText
+using image::kFatbinMagic;
+using image::kFatbinWrapperMagic;
 
 struct KernelParam {
   uint32_t offset = 0;

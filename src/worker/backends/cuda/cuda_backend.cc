@@ -56,6 +56,7 @@
 #include "cuda_backend.h"
 #include "cuda_completions.h"
 #include "ordo/layout.h"
+#include "transport/module_image.h"
 
 namespace {
 #include "cuda_builtins_fatbin.h"  // static const unsigned char ordo_cuda_builtins[] (bin2c)
@@ -85,77 +86,18 @@ void log(const char* fmt, const char* a = "", const char* b = "") {
   std::fprintf(stderr, "\n");
 }
 
-template <class T>
-T load_le(const std::byte* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
 }  // namespace
 
 // cuModuleLoadData takes a bare pointer and guesses the format from the bytes,
 // so only the formats we can check get through: a fatbin container, a 64-bit
 // ELF cubin, or PTX text. Anything else is refused, in particular nvcc's
-// fatbin wrapper (magic 0x466243b1), which holds a pointer to the fatbin: the
-// driver would follow an address chosen by the guest. A fatbin or cubin tells
-// the driver its own sizes and the driver trusts them, so every stated size
-// must stay inside the bytes the guest actually sent.
+// fatbin wrapper, which holds a pointer to the fatbin: the driver would follow
+// an address chosen by the guest. A fatbin or cubin tells the driver its own
+// sizes and the driver trusts them, so every stated size must stay inside the
+// bytes the guest actually sent. The formats and the checks are
+// transport/module_image.h's, the reader libcuda.so.1 walks images with too.
 bool check_module_image(std::span<const std::byte> img, std::string* why) {
-  const uint64_t n = img.size();
-  auto fail = [&](const char* w) {
-    *why = w;
-    return false;
-  };
-  const uint32_t magic = n >= 4 ? load_le<uint32_t>(img.data()) : 0;
-  if (magic == 0xBA55ED50u) {  // fatbin
-    if (n < 16) return fail("fatbin header truncated");
-    const uint64_t hdr = load_le<uint16_t>(img.data() + 6);
-    const uint64_t body = load_le<uint64_t>(img.data() + 8);
-    if (hdr < 16 || hdr > n || body > n - hdr) return fail("fatbin size runs past the image");
-    // Entries: u16 kind, u16 version, u32 header size, u64 payload size, u32
-    // compressed size, ... The driver reads every entry header up to +63
-    // (flags at +40, uncompressed size at +56) whatever size it states.
-    for (uint64_t off = hdr, end = hdr + body; off < end;) {
-      if (end - off < 64) return fail("fatbin entry header truncated");
-      const uint64_t eh = load_le<uint32_t>(img.data() + off + 4);
-      const uint64_t ep = load_le<uint64_t>(img.data() + off + 8);
-      const uint64_t ec = load_le<uint32_t>(img.data() + off + 16);
-      if (eh < 64) return fail("fatbin entry header smaller than 64 bytes");
-      if (eh > end - off || ep > end - off - eh) return fail("fatbin entry runs past the image");
-      if (ec > ep) return fail("fatbin entry's compressed size runs past its payload");
-      off += eh + ep;
-    }
-    return true;
-  }
-  if (n >= 4 && std::memcmp(img.data(), "\x7f" "ELF", 4) == 0) {  // cubin
-    if (n < 64 || uint8_t(img[4]) != 2) return fail("not a 64-bit ELF cubin");
-    const uint64_t phoff = load_le<uint64_t>(img.data() + 0x20);
-    const uint64_t shoff = load_le<uint64_t>(img.data() + 0x28);
-    const uint64_t phentsize = load_le<uint16_t>(img.data() + 0x36), phnum = load_le<uint16_t>(img.data() + 0x38);
-    const uint64_t shentsize = load_le<uint16_t>(img.data() + 0x3a), shnum = load_le<uint16_t>(img.data() + 0x3c);
-    if (phoff > n || phentsize * phnum > n - phoff) return fail("ELF program headers run past the image");
-    if (shoff > n || shentsize * shnum > n - shoff) return fail("ELF section headers run past the image");
-    if (shnum != 0 && shentsize < 64) return fail("ELF section header size too small");
-    for (uint64_t i = 0; i < shnum; ++i) {
-      const std::byte* sh = img.data() + shoff + i * shentsize;
-      const uint32_t type = load_le<uint32_t>(sh + 4);
-      const uint64_t off = load_le<uint64_t>(sh + 0x18), size = load_le<uint64_t>(sh + 0x20);
-      if (type != 8 /* SHT_NOBITS */ && (off > n || size > n - off)) return fail("ELF section runs past the image");
-    }
-    return true;
-  }
-  if (magic == 0x466243b1u)
-    return fail("fatbin wrapper (__fatBinC_Wrapper_t): it points at memory outside the image; send the fatbin itself");
-  // PTX: text, optionally NUL-terminated (load_module terminates its copy).
-  const uint64_t text = n > 0 && img[n - 1] == std::byte{0} ? n - 1 : n;
-  if (text == 0) return fail("empty module image");
-  for (uint64_t i = 0; i < text; ++i) {
-    const uint8_t c = uint8_t(img[i]);
-    if ((c < 0x20 || c > 0x7e) && !(c >= '\t' && c <= '\r'))
-      return fail("not a fatbin, a 64-bit ELF cubin or PTX text (binary bytes in what would be PTX)");
-  }
-  return true;
+  return image::validate_module_image(img, why);
 }
 
 namespace {
