@@ -1,5 +1,7 @@
 #include "validate.h"
 
+#include "transport/op_args.h"
+
 namespace ordo {
 namespace {
 
@@ -24,6 +26,126 @@ Status check_host_range(MemKind kind, uint64_t off, uint64_t size, const Layout&
   return bad(why, std::string(what) + " memory kind unknown");
 }
 
+// Each op's check of its arguments: what the worker must know before it uses
+// them. Handles, device addresses and sizes of device memory are checked where
+// they are used, against the session's tables. Every op has one (a new op does
+// not compile until it says what it checks).
+template <Op op>
+Status check(const Args<op>&, const Entry&, const Layout&, std::string*) = delete;
+#define ORDO_NOTHING_TO_CHECK(name)                                                         \
+  template <>                                                                               \
+  Status check<Op::name>(const Args<Op::name>&, const Entry&, const Layout&, std::string*) { \
+    return Status::kSuccess;                                                                \
+  }
+ORDO_NOTHING_TO_CHECK(Nop)
+ORDO_NOTHING_TO_CHECK(StreamDestroy)
+ORDO_NOTHING_TO_CHECK(Fence)
+ORDO_NOTHING_TO_CHECK(EventRecord)
+ORDO_NOTHING_TO_CHECK(StreamWaitEvent)
+ORDO_NOTHING_TO_CHECK(Null)
+ORDO_NOTHING_TO_CHECK(Malloc)
+ORDO_NOTHING_TO_CHECK(Free)
+ORDO_NOTHING_TO_CHECK(EventCreate)
+ORDO_NOTHING_TO_CHECK(EventDestroy)
+ORDO_NOTHING_TO_CHECK(EventSynchronize)
+ORDO_NOTHING_TO_CHECK(StreamSynchronize)
+ORDO_NOTHING_TO_CHECK(EventQuery)
+ORDO_NOTHING_TO_CHECK(EventElapsed)
+#undef ORDO_NOTHING_TO_CHECK
+
+template <>
+Status check<Op::Launch>(const Args<Op::Launch>& a, const Entry&, const Layout& l, std::string* why) {
+  if (!range_ok(a.params, a.params_size, l.staging_per_ring)) return bad(why, "kernel arguments outside the staging window");
+  for (uint32_t d : {a.grid.x, a.grid.y, a.grid.z, a.block.x, a.block.y, a.block.z})
+    if (d == 0) return bad(why, "zero grid or block dimension", Status::kInvalidConfiguration);
+  return Status::kSuccess;
+}
+
+template <>
+Status check<Op::Memcpy>(const Args<Op::Memcpy>& a, const Entry& e, const Layout& l, std::string* why) {
+  if (e.flags >> 4) return bad(why, "unknown memcpy flags");
+  if (Status s = check_host_range(dst_kind(e.flags), a.dst, a.size, l, why, "memcpy destination"); !ok(s)) return s;
+  return check_host_range(src_kind(e.flags), a.src, a.size, l, why, "memcpy source");
+}
+
+template <>
+Status check<Op::Memset>(const Args<Op::Memset>& a, const Entry&, const Layout&, std::string* why) {
+  if (a.value > 0xff) return bad(why, "memset value is not a byte");
+  return Status::kSuccess;
+}
+
+template <>
+Status check<Op::HostFunc>(const Args<Op::HostFunc>& a, const Entry&, const Layout& l, std::string* why) {
+  if (a.words % alignof(HostFuncWords) || !range_ok(a.words, sizeof(HostFuncWords), l.heap_size))
+    return bad(why, "host function words outside the pinned heap or misaligned");
+  return Status::kSuccess;
+}
+
+template <>
+Status check<Op::StreamCreate>(const Args<Op::StreamCreate>& a, const Entry&, const Layout&, std::string* why) {
+  if (a.flags & ~(kStreamNonBlocking | kStreamLegacy)) return bad(why, "unknown stream flags");
+  if ((a.flags & kStreamLegacy) && (a.flags & kStreamNonBlocking))
+    return bad(why, "a legacy stream is not a non-blocking stream");
+  if (a.device >= kMaxDevices) return bad(why, "device " + std::to_string(a.device) + " out of range", Status::kInvalidDevice);
+  return Status::kSuccess;
+}
+
+template <>
+Status check<Op::PeerAccess>(const Args<Op::PeerAccess>& a, const Entry&, const Layout&, std::string* why) {
+  if (a.cmd > uint64_t(PeerCmd::kDisable)) return bad(why, "unknown peer access command");
+  return Status::kSuccess;
+}
+
+template <>
+Status check<Op::ModuleLoad>(const Args<Op::ModuleLoad>& a, const Entry&, const Layout& l, std::string* why) {
+  if (a.size == 0) return bad(why, "empty module image");
+  if (a.size > kMaxModuleImage)
+    return bad(why, "module image of " + std::to_string(a.size) + " bytes is larger than the limit of " +
+                        std::to_string(kMaxModuleImage));
+  if (!range_ok(a.image, a.size, l.heap_size)) return bad(why, "module image outside the pinned heap");
+  return Status::kSuccess;
+}
+
+Status check_module_id(uint64_t module, std::string* why) {
+  if (module > UINT32_MAX) return bad(why, "module id out of range", Status::kInvalidResourceHandle);
+  return Status::kSuccess;
+}
+
+template <>
+Status check<Op::ModuleGlobal>(const Args<Op::ModuleGlobal>& a, const Entry&, const Layout&, std::string* why) {
+  if (a.size > kMaxModuleImage) return bad(why, "device variable larger than any module image");
+  return check_module_id(a.module, why);
+}
+
+template <>
+Status check<Op::ModuleUnload>(const Args<Op::ModuleUnload>& a, const Entry&, const Layout&, std::string* why) {
+  return check_module_id(a.module, why);
+}
+
+template <>
+Status check<Op::KernelLookup>(const Args<Op::KernelLookup>& a, const Entry&, const Layout&, std::string* why) {
+  return check_module_id(a.module, why);
+}
+
+// The worker checks the index against its device count.
+Status check_device(uint64_t device, std::string* why) {
+  if (device >= kMaxDevices) return bad(why, "device " + std::to_string(device) + " out of range", Status::kInvalidDevice);
+  return Status::kSuccess;
+}
+
+template <>
+Status check<Op::DeviceAttributes>(const Args<Op::DeviceAttributes>& a, const Entry&, const Layout&, std::string* why) {
+  if (a.first >= kDeviceAttributeCount || a.first % kDeviceAttributesPerCall)
+    return bad(why, "device attributes from " + std::to_string(a.first) + ": not a page start below " +
+                        std::to_string(kDeviceAttributeCount));
+  return check_device(a.device, why);
+}
+
+template <>
+Status check<Op::DeviceInfo>(const Args<Op::DeviceInfo>& a, const Entry&, const Layout&, std::string* why) {
+  return check_device(a.device, why);
+}
+
 }  // namespace
 
 Status check_entry(const Entry& e, Path path, const Layout& l, std::string* why) {
@@ -35,79 +157,12 @@ Status check_entry(const Entry& e, Path path, const Layout& l, std::string* why)
   for (unsigned i = 0; i < e.edge_count; ++i)
     if (e.edges[i].ring >= l.ring_count) return bad(why, "edge to ring " + std::to_string(e.edges[i].ring) + " that does not exist");
   if (path == Path::Ring && e.thread >= l.slot_count) return bad(why, "thread slot out of range");
-
   switch (op) {
-    case Op::Launch: {
-      const uint64_t size = e.arg[5] & 0xffffffffu;
-      if (!range_ok(e.arg[4], size, l.staging_per_ring)) return bad(why, "kernel arguments outside the staging window");
-      const uint32_t dims[6] = {uint32_t(e.arg[1]), uint32_t(e.arg[1] >> 32), uint32_t(e.arg[2]),
-                                uint32_t(e.arg[2] >> 32), uint32_t(e.arg[3]), uint32_t(e.arg[3] >> 32)};
-      for (uint32_t d : dims)
-        if (d == 0) return bad(why, "zero grid or block dimension", Status::kInvalidConfiguration);
-      return Status::kSuccess;
-    }
-    case Op::Memcpy: {
-      const auto dk = dst_kind(e.flags), sk = src_kind(e.flags);
-      if (e.flags >> 4) return bad(why, "unknown memcpy flags");
-      if (Status s = check_host_range(dk, e.arg[0], e.arg[2], l, why, "memcpy destination"); !ok(s)) return s;
-      return check_host_range(sk, e.arg[1], e.arg[2], l, why, "memcpy source");
-    }
-    case Op::Memset:
-      if (e.arg[1] > 0xff) return bad(why, "memset value is not a byte");
-      return Status::kSuccess;
-    case Op::HostFunc:
-      if (e.arg[0] % alignof(HostFuncWords) || !range_ok(e.arg[0], sizeof(HostFuncWords), l.heap_size))
-        return bad(why, "host function words outside the pinned heap or misaligned");
-      return Status::kSuccess;
-    case Op::StreamCreate:
-      if (e.arg[0] & ~(kStreamNonBlocking | kStreamLegacy)) return bad(why, "unknown stream flags");
-      if ((e.arg[0] & kStreamLegacy) && (e.arg[0] & kStreamNonBlocking))
-        return bad(why, "a legacy stream is not a non-blocking stream");
-      if (e.arg[2] >= kMaxDevices) return bad(why, "device " + std::to_string(e.arg[2]) + " out of range", Status::kInvalidDevice);
-      return Status::kSuccess;
-    case Op::PeerAccess:
-      if (e.arg[2] > uint64_t(PeerCmd::kDisable)) return bad(why, "unknown peer access command");
-      return Status::kSuccess;
-    case Op::ModuleLoad:
-      if (e.arg[1] == 0) return bad(why, "empty module image");
-      if (e.arg[1] > kMaxModuleImage)
-        return bad(why, "module image of " + std::to_string(e.arg[1]) + " bytes is larger than the limit of " +
-                            std::to_string(kMaxModuleImage));
-      if (!range_ok(e.arg[0], e.arg[1], l.heap_size)) return bad(why, "module image outside the pinned heap");
-      return Status::kSuccess;
-    case Op::ModuleGlobal:
-      if (e.arg[1] > kMaxModuleImage) return bad(why, "device variable larger than any module image");
-      [[fallthrough]];
-    case Op::ModuleUnload:
-    case Op::KernelLookup:
-      if (e.arg[0] > UINT32_MAX) return bad(why, "module id out of range", Status::kInvalidResourceHandle);
-      return Status::kSuccess;
-    case Op::DeviceAttributes:
-      if (e.arg[1] >= kDeviceAttributeCount || e.arg[1] % kDeviceAttributesPerCall)
-        return bad(why, "device attributes from " + std::to_string(e.arg[1]) + ": not a page start below " +
-                            std::to_string(kDeviceAttributeCount));
-      [[fallthrough]];
-    case Op::DeviceInfo:
-      // The worker checks the index against its device count.
-      if (e.arg[0] >= kMaxDevices) return bad(why, "device " + std::to_string(e.arg[0]) + " out of range", Status::kInvalidDevice);
-      return Status::kSuccess;
-    // No argument the worker must check before it uses it here: handles,
-    // addresses and sizes are checked where they are used.
-    case Op::Nop:
-    case Op::StreamDestroy:
-    case Op::Fence:
-    case Op::EventRecord:
-    case Op::StreamWaitEvent:
-    case Op::Null:
-    case Op::Malloc:
-    case Op::Free:
-    case Op::EventCreate:
-    case Op::EventDestroy:
-    case Op::EventSynchronize:
-    case Op::StreamSynchronize:
-    case Op::EventQuery:
-    case Op::EventElapsed:
-      return Status::kSuccess;
+#define ORDO_OP(name, path, order, args) \
+  case Op::name:                         \
+    return check<Op::name>(decode<Op::name>(e.arg), e, l, why);
+#include "ordo/ops.def"
+#undef ORDO_OP
     case Op::kCount:
       break;  // valid_op above
   }

@@ -27,6 +27,7 @@
 #include "ordo/ops.h"
 #include "ordo/region.h"
 #include "trace.h"
+#include "transport/op_args.h"
 #include "transport/reply_slot.h"
 #include "transport/ring.h"
 

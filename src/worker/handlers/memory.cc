@@ -39,46 +39,50 @@ Status Worker::resolve(MemKind kind, uint32_t ring, uint64_t addr, uint64_t size
 Status Worker::op_Memcpy(const RingCall& c) {
   if (Status s = enter_stream(c); !ok(s)) return s;
   if (faulted()) return Status::kSuccess;  // after a kernel fault no device work runs (Launch)
-  const Entry& e = c.e;
+  const auto a = decode<Op::Memcpy>(c.e.arg);
   MemOperand dst, src;
-  if (Status s = resolve(dst_kind(e.flags), c.ring, e.arg[0], e.arg[2], &dst); !ok(s)) return s;
-  if (Status s = resolve(src_kind(e.flags), c.ring, e.arg[1], e.arg[2], &src); !ok(s)) return s;
-  return backend_.memcpy(e.stream, dst, src, e.arg[2], c.tag);
+  if (Status s = resolve(dst_kind(c.e.flags), c.ring, a.dst, a.size, &dst); !ok(s)) return s;
+  if (Status s = resolve(src_kind(c.e.flags), c.ring, a.src, a.size, &src); !ok(s)) return s;
+  return backend_.memcpy(c.e.stream, dst, src, a.size, c.tag);
 }
 
 Status Worker::op_Memset(const RingCall& c) {
   if (Status s = enter_stream(c); !ok(s)) return s;
   if (faulted()) return Status::kSuccess;
-  if (Status s = check_device_range(c.e.arg[0], c.e.arg[2]); !ok(s)) return s;
-  return backend_.memset(c.e.stream, c.e.arg[0], uint8_t(c.e.arg[1]), c.e.arg[2], c.tag);
+  const auto a = decode<Op::Memset>(c.e.arg);
+  if (Status s = check_device_range(a.dst, a.size); !ok(s)) return s;
+  return backend_.memset(c.e.stream, a.dst, uint8_t(a.value), a.size, c.tag);
 }
 
 void Worker::op_Malloc(const SlotCall& c) {
-  if (c.e.arg[1] >= devices_) return reply(c, Status::kInvalidDevice);
+  const auto a = decode<Op::Malloc>(c.e.arg);
+  if (a.device >= devices_) return reply(c, Status::kInvalidDevice);
   uint64_t addr = 0;
-  const Status st = backend_.malloc(uint32_t(c.e.arg[1]), c.e.arg[0], &addr);
+  const Status st = backend_.malloc(uint32_t(a.device), a.size, &addr);
   if (ok(st)) {
-    allocations_[addr] = c.e.arg[0];
+    allocations_[addr] = a.size;
     counters_.allocations.store(allocations_.size(), std::memory_order_relaxed);
   }
   reply(c, st, addr);
 }
 
 void Worker::op_Free(const SlotCall& c) {
-  if (c.e.arg[0] == 0) return reply(c, Status::kSuccess);  // cudaFree(nullptr)
-  auto it = allocations_.find(c.e.arg[0]);
+  const auto a = decode<Op::Free>(c.e.arg);
+  if (a.addr == 0) return reply(c, Status::kSuccess);  // cudaFree(nullptr)
+  auto it = allocations_.find(a.addr);
   if (it == allocations_.end()) return reply(c, Status::kInvalidDevicePointer);
   allocations_.erase(it);
   counters_.allocations.store(allocations_.size(), std::memory_order_relaxed);
-  reply(c, backend_.free(c.e.arg[0]));
+  reply(c, backend_.free(a.addr));
 }
 
 void Worker::op_PeerAccess(const SlotCall& c) {
-  const uint64_t dev = c.e.arg[0], peer = c.e.arg[1];
+  const auto a = decode<Op::PeerAccess>(c.e.arg);
+  const uint64_t dev = a.device, peer = a.peer;
   if (dev >= devices_ || peer >= devices_ || dev == peer) return reply(c, Status::kInvalidDevice);
   const bool can = backend_.can_access_peer(uint32_t(dev), uint32_t(peer));
   const uint32_t bit = 1u << peer;
-  switch (PeerCmd(c.e.arg[2])) {
+  switch (PeerCmd(a.cmd)) {
     case PeerCmd::kQuery:
       return reply(c, Status::kSuccess, can);
     case PeerCmd::kEnable: {

@@ -13,20 +13,20 @@ Status Worker::op_Launch(const RingCall& c) {
   // fault from the region header); streams and host functions still progress,
   // so no synchronize hangs.
   if (faulted()) return Status::kSuccess;
-  const Entry& e = c.e;
+  const auto a = decode<Op::Launch>(c.e.arg);
   LaunchParams p;
-  p.kernel = uint32_t(e.arg[0]);
-  p.grid = {uint32_t(e.arg[1]), uint32_t(e.arg[1] >> 32), uint32_t(e.arg[2])};
-  p.block = {uint32_t(e.arg[2] >> 32), uint32_t(e.arg[3]), uint32_t(e.arg[3] >> 32)};
-  p.args = region_.staging(c.ring) + e.arg[4];
-  p.args_size = uint32_t(e.arg[5]);
-  p.shared_mem = uint32_t(e.arg[5] >> 32);
-  return backend_.launch(e.stream, p, c.tag);
+  p.kernel = a.kernel;
+  p.grid = a.grid;
+  p.block = a.block;
+  p.args = region_.staging(c.ring) + a.params;
+  p.args_size = a.params_size;
+  p.shared_mem = a.shared_mem;
+  return backend_.launch(c.e.stream, p, c.tag);
 }
 
 void Worker::op_KernelLookup(const SlotCall& c) {
   const std::string name = payload_name(c.slot);
-  const uint32_t module = uint32_t(c.e.arg[0]);  // check_entry: fits
+  const uint32_t module = uint32_t(decode<Op::KernelLookup>(c.e.arg).module);  // check_entry: fits
   if (module != 0 && !modules_.count(module)) return reply(c, Status::kInvalidResourceHandle);
   uint32_t id = 0;
   const Status st = backend_.kernel_lookup(module, name, &id);
@@ -35,11 +35,12 @@ void Worker::op_KernelLookup(const SlotCall& c) {
 
 void Worker::op_ModuleGlobal(const SlotCall& c) {
   const std::string name = payload_name(c.slot);
-  const uint32_t module = uint32_t(c.e.arg[0]);
+  const auto a = decode<Op::ModuleGlobal>(c.e.arg);
+  const uint32_t module = uint32_t(a.module);  // check_entry: fits
   if (!modules_.count(module)) return reply(c, Status::kInvalidResourceHandle);
-  if (c.e.arg[2] >= devices_) return reply(c, Status::kInvalidDevice);
+  if (a.device >= devices_) return reply(c, Status::kInvalidDevice);
   uint64_t addr = 0, size = 0;
-  const Status st = backend_.module_global(module, uint32_t(c.e.arg[2]), name, c.e.arg[1], &addr, &size);
+  const Status st = backend_.module_global(module, uint32_t(a.device), name, a.size, &addr, &size);
   if (ok(st) && size) globals_[addr] = {size, module};
   reply(c, st, addr, size);
 }
@@ -50,7 +51,8 @@ void Worker::op_ModuleLoad(const SlotCall& c) {
   // can rewrite the heap at any time, and the backend parses the image.
   std::vector<std::byte> image;
   try {
-    image.assign(region_.heap() + c.e.arg[0], region_.heap() + c.e.arg[0] + c.e.arg[1]);
+    const auto a = decode<Op::ModuleLoad>(c.e.arg);
+    image.assign(region_.heap() + a.image, region_.heap() + a.image + a.size);
   } catch (const std::bad_alloc&) {
     return reply(c, Status::kMemoryAllocation);
   }
@@ -64,7 +66,7 @@ void Worker::op_ModuleLoad(const SlotCall& c) {
 }
 
 void Worker::op_ModuleUnload(const SlotCall& c) {
-  const uint32_t module = uint32_t(c.e.arg[0]);
+  const uint32_t module = uint32_t(decode<Op::ModuleUnload>(c.e.arg).module);  // check_entry: fits
   if (!modules_.erase(module)) return reply(c, Status::kInvalidResourceHandle);
   std::erase_if(globals_, [module](const auto& g) { return g.second.second == module; });
   reply(c, backend_.module_unload(module));

@@ -24,19 +24,19 @@ Status Worker::op_Fence(const RingCall& c) {
 }
 
 Status Worker::op_StreamCreate(const RingCall& c) {
-  const Entry& e = c.e;
-  const uint32_t st = e.stream;
-  const uint64_t device = e.arg[2];
+  const auto a = decode<Op::StreamCreate>(c.e.arg);
+  const uint32_t st = c.e.stream;
+  const uint64_t device = a.device;
   if (device >= devices_) return Status::kInvalidDevice;
   if (st >= kMaxStreams || streams_.bound(st)) return Status::kInvalidResourceHandle;
-  if (e.arg[0] & kStreamLegacy) {
+  if (a.flags & kStreamLegacy) {
     // A device's legacy stream exists in the backend already: the guest
     // only chooses its ring. Device 0's is on ring 0 from the start.
     if (st != device || st == kLegacyStreamId) return Status::kInvalidResourceHandle;
   } else if (st < kMaxDevices) {
     return Status::kInvalidResourceHandle;
-  } else if (Status s = backend_.stream_create(st, uint32_t(device), !(e.arg[0] & kStreamNonBlocking),
-                                               int(int64_t(e.arg[1])));
+  } else if (Status s = backend_.stream_create(st, uint32_t(device), !(a.flags & kStreamNonBlocking),
+                                               int(a.priority));
              !ok(s)) {
     return s;
   }
@@ -61,8 +61,9 @@ Status Worker::op_HostFunc(const RingCall& c) {
   // dispatches nothing more until the guest says done (poll_ring). Nothing
   // waits on the device, so a guest that never says done stalls only its
   // own ring, and a session reset simply drops the hold.
-  auto* w = reinterpret_cast<HostFuncWords*>(region_.heap() + c.e.arg[0]);  // check_entry: in the heap, aligned
-  const uint64_t ticket = c.e.arg[1];
+  const auto a = decode<Op::HostFunc>(c.e.arg);
+  auto* w = reinterpret_cast<HostFuncWords*>(region_.heap() + a.words);  // check_entry: in the heap, aligned
+  const uint64_t ticket = a.ticket;
   backend_.host_callback(c.e.stream, [w, ticket] { w->reached.store(ticket, std::memory_order_release); });
   c.rs.hold = w;
   c.rs.hold_ticket = ticket;
@@ -71,7 +72,7 @@ Status Worker::op_HostFunc(const RingCall& c) {
 
 void Worker::op_StreamSynchronize(const SlotCall& c) {
   // The stream alone, not its ring-mates (a fence would wait for them too).
-  const uint64_t id = c.e.arg[0];
+  const uint64_t id = decode<Op::StreamSynchronize>(c.e.arg).stream;
   if (!streams_.bound(id)) return reply(c, Status::kInvalidResourceHandle);
   backend_.stream_notify(uint32_t(id), deferred_reply(c.slot, c.seq));
 }
