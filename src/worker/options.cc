@@ -40,6 +40,52 @@ void usage(FILE* f) {
                "                  CUdevice_attribute) as key=value lines and exit\n");
 }
 
+bool parse_sim_devices(const std::string& v, BackendOptions* b) {
+  char* end = nullptr;
+  const unsigned long n = std::strtoul(v.c_str(), &end, 10);
+  if (v.empty() || *end || n == 0 || n > kMaxDevices) {
+    std::fprintf(stderr, "ordo-worker: --sim-devices %s: a number from 1 to %u\n", v.c_str(), kMaxDevices);
+    return false;
+  }
+  b->sim_devices = uint32_t(n);
+  return true;
+}
+
+bool parse_devices(const std::string& v, BackendOptions* b) {
+  b->cuda_devices.clear();
+  for (size_t p = 0; p <= v.size();) {
+    const size_t q = std::min(v.find(',', p), v.size());
+    char* end = nullptr;
+    const std::string item = v.substr(p, q - p);
+    const long n = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end || n < 0) {
+      std::fprintf(stderr, "ordo-worker: --devices %s: a comma-separated list of device ordinals (e.g. 0,2)\n",
+                   v.c_str());
+      return false;
+    }
+    b->cuda_devices.push_back(int(n));
+    p = q + 1;
+  }
+  return true;
+}
+
+// How many parts, and the layout of each.
+bool check_sessions(CommandLine& c) {
+  if (c.sessions == 0) c.sessions = uint32_t(std::clamp<uint64_t>(c.size / (32ull << 20), 1, 16));
+  if ((c.sessions & (c.sessions - 1)) != 0 || c.sessions > kMaxPartitions || c.size / c.sessions < (1ull << 20) ||
+      c.partition >= int(c.sessions)) {
+    std::fprintf(stderr, "ordo-worker: --sessions %u: a power of two up to %u, with at least 1 MiB of the region each\n",
+                 c.sessions, kMaxPartitions);
+    return false;
+  }
+  if (!plan_default_layout(c.size / c.sessions, &c.layout)) {
+    std::fprintf(stderr, "ordo-worker: --size %llu is not a power of two of at least 1 MiB (ivshmem needs a power of two)\n",
+                 (unsigned long long)c.size);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool parse_command_line(int argc, char** argv, CommandLine* out, int* exit_code) {
@@ -76,31 +122,10 @@ bool parse_command_line(int argc, char** argv, CommandLine* out, int* exit_code)
     else if (a == "--device-info") c.device_info = true;
     else if (a == "--device") c.info_device = uint32_t(std::strtoul(value().c_str(), nullptr, 0));
     else if (a == "--sim-devices") {
-      const std::string v = value();
-      char* end = nullptr;
-      const unsigned long n = std::strtoul(v.c_str(), &end, 10);
-      if (v.empty() || *end || n == 0 || n > kMaxDevices) {
-        std::fprintf(stderr, "ordo-worker: --sim-devices %s: a number from 1 to %u\n", v.c_str(), kMaxDevices);
-        return false;
-      }
-      c.bopt.sim_devices = uint32_t(n);
+      if (!parse_sim_devices(value(), &c.bopt)) return false;
     }
     else if (a == "--devices") {
-      const std::string v = value();
-      c.bopt.cuda_devices.clear();
-      for (size_t p = 0; p <= v.size();) {
-        const size_t q = std::min(v.find(',', p), v.size());
-        char* end = nullptr;
-        const std::string item = v.substr(p, q - p);
-        const long n = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end || n < 0) {
-          std::fprintf(stderr, "ordo-worker: --devices %s: a comma-separated list of device ordinals (e.g. 0,2)\n",
-                       v.c_str());
-          return false;
-        }
-        c.bopt.cuda_devices.push_back(int(n));
-        p = q + 1;
-      }
+      if (!parse_devices(value(), &c.bopt)) return false;
     }
     else if (a == "--help" || a == "-h") {
       usage(stdout);
@@ -118,19 +143,7 @@ bool parse_command_line(int argc, char** argv, CommandLine* out, int* exit_code)
     return false;
   }
   c.opt.trace = !c.trace_path.empty();
-  if (c.sessions == 0) c.sessions = uint32_t(std::clamp<uint64_t>(c.size / (32ull << 20), 1, 16));
-  if ((c.sessions & (c.sessions - 1)) != 0 || c.sessions > kMaxPartitions || c.size / c.sessions < (1ull << 20) ||
-      c.partition >= int(c.sessions)) {
-    std::fprintf(stderr, "ordo-worker: --sessions %u: a power of two up to %u, with at least 1 MiB of the region each\n",
-                 c.sessions, kMaxPartitions);
-    return false;
-  }
-  if (!plan_default_layout(c.size / c.sessions, &c.layout)) {
-    std::fprintf(stderr, "ordo-worker: --size %llu is not a power of two of at least 1 MiB (ivshmem needs a power of two)\n",
-                 (unsigned long long)c.size);
-    return false;
-  }
-  return true;
+  return check_sessions(c);
 }
 
 }  // namespace ordo
