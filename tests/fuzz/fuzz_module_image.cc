@@ -92,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // The fatbin walk: every entry inside the body, back to back, in order.
   FatbinReader r(img);
-  bool all_fit = true;
+  bool all_fit = true;  // of the entries walked: the validator stops at the first that is not
   uint64_t entries = 0;
   if (r.error() == FatbinError::kNone) {
     CHECK(f == Format::kFatbin);
@@ -125,7 +125,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   switch (f) {
     case Format::kFatbin:
       CHECK(ok == (r.error() == FatbinError::kNone && all_fit));
-      if (!ok && r.error() != FatbinError::kNone) CHECK(why == describe(r.error()));
+      if (!all_fit) CHECK(why == "fatbin entry's compressed size runs past its payload");
+      else if (!ok) CHECK(why == describe(r.error()));
       break;
     case Format::kElf:
       CHECK(ok == elf_ok);
