@@ -70,13 +70,16 @@ void usage(FILE* f) {
                "  --vectors N     interrupt vectors per peer (default 1; QEMU's vectors= must match)\n");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   std::string socket_path, region_path;
   uint64_t size = 64ull << 20;
   unsigned vectors = 1;
   bool verbose = false;
+};
+
+// False: exit with *rc.
+bool parse(int argc, char** argv, Options* o, int* rc) {
+  *rc = 2;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -86,71 +89,72 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--socket") socket_path = value();
-    else if (a == "--region") region_path = value();
-    else if (a == "--size") size = ordo::parse_size(value());
-    else if (a == "--vectors") vectors = unsigned(std::strtoul(value().c_str(), nullptr, 0));
-    else if (a == "--verbose") verbose = true;
-    else if (a == "--help" || a == "-h") { usage(stdout); return 0; }
-    else {
+    if (a == "--socket") o->socket_path = value();
+    else if (a == "--region") o->region_path = value();
+    else if (a == "--size") o->size = ordo::parse_size(value());
+    else if (a == "--vectors") o->vectors = unsigned(std::strtoul(value().c_str(), nullptr, 0));
+    else if (a == "--verbose") o->verbose = true;
+    else if (a == "--help" || a == "-h") {
+      usage(stdout);
+      *rc = 0;
+      return false;
+    } else {
       std::fprintf(stderr, "ordo-ivshmem-server: unknown option %s\n", a.c_str());
       usage(stderr);
-      return 2;
+      return false;
     }
   }
-  if (socket_path.empty() || region_path.empty() || vectors < 1 || vectors > 64 || size == 0 ||
-      (size & (size - 1)) != 0) {
+  if (o->socket_path.empty() || o->region_path.empty() || o->vectors < 1 || o->vectors > 64 || o->size == 0 ||
+      (o->size & (o->size - 1)) != 0) {
     std::fprintf(stderr, "ordo-ivshmem-server: need --socket, --region, a power-of-two --size and 1..64 --vectors\n");
     usage(stderr);
-    return 2;
+    return false;
   }
-  const int shm = ::open(region_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  struct stat st{};
-  if (shm < 0 || ::fstat(shm, &st) != 0 || (uint64_t(st.st_size) != size && ::ftruncate(shm, off_t(size)) != 0)) {
-    std::fprintf(stderr, "ordo-ivshmem-server: cannot open or size %s: %s\n", region_path.c_str(), std::strerror(errno));
-    return 1;
-  }
+  return true;
+}
+
+// The listening socket, or -1 (said why). *rc: the exit status then.
+int listen_on(const std::string& path, int* rc) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (socket_path.size() >= sizeof addr.sun_path) {
-    std::fprintf(stderr, "ordo-ivshmem-server: socket path %s is too long\n", socket_path.c_str());
-    return 2;
+  if (path.size() >= sizeof addr.sun_path) {
+    std::fprintf(stderr, "ordo-ivshmem-server: socket path %s is too long\n", path.c_str());
+    *rc = 2;
+    return -1;
   }
-  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  std::memcpy(addr.sun_path, path.data(), path.size());
   const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ::unlink(socket_path.c_str());
+  ::unlink(path.c_str());
   if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
       ::listen(listener, 16) != 0) {
-    std::fprintf(stderr, "ordo-ivshmem-server: cannot listen on %s: %s\n", socket_path.c_str(), std::strerror(errno));
-    return 1;
+    std::fprintf(stderr, "ordo-ivshmem-server: cannot listen on %s: %s\n", path.c_str(), std::strerror(errno));
+    *rc = 1;
+    return -1;
   }
-  struct sigaction sa{};
-  sa.sa_handler = on_stop;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  std::fprintf(stderr, "ordo-ivshmem-server: serving %s (%llu MiB, %u vectors) on %s\n", region_path.c_str(),
-               (unsigned long long)(size >> 20), vectors, socket_path.c_str());
+  return listener;
+}
 
+struct Server {
+  const Options& o;
+  int shm;
   std::vector<Peer> peers;
   uint32_t next_id = 0;
-  while (!g_stop) {
-    std::vector<pollfd> fds{{listener, POLLIN, 0}};
-    for (const Peer& p : peers) fds.push_back({p.sock, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), -1) < 0) continue;  // EINTR: look at g_stop
-    // Any message from a peer, or its hangup, means it is gone (the protocol has
-    // no client-to-server messages).
-    for (size_t i = fds.size(); i-- > 1;) {
-      if (!fds[i].revents) continue;
-      Peer gone = peers[i - 1];
-      peers.erase(peers.begin() + long(i - 1));
-      close_peer(gone);
-      for (const Peer& p : peers) send_message(p.sock, gone.id, -1);
-      if (verbose) std::fprintf(stderr, "ordo-ivshmem-server: peer %u left\n", gone.id);
-    }
-    if (!(fds[0].revents & POLLIN)) continue;
+
+  // Any message from a peer, or its hangup, means it is gone (the protocol has
+  // no client-to-server messages).
+  void drop(size_t k) {
+    Peer gone = peers[k];
+    peers.erase(peers.begin() + long(k));
+    close_peer(gone);
+    for (const Peer& p : peers) send_message(p.sock, gone.id, -1);
+    if (o.verbose) std::fprintf(stderr, "ordo-ivshmem-server: peer %u left\n", gone.id);
+  }
+
+  // A new peer gets its id, the memory, every other peer's vectors and its own;
+  // the others get its vectors.
+  void admit(int sock) {
     Peer p;
-    p.sock = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (p.sock < 0) continue;
+    p.sock = sock;
     bool ok = peers.size() < ordo::kIvshmemMaxPeers;
     for (; ok; ++next_id) {  // an id no live peer holds
       bool used = false;
@@ -158,7 +162,7 @@ int main(int argc, char** argv) {
       if (!used) break;
     }
     p.id = next_id++ & 0xffff;
-    for (unsigned v = 0; ok && v < vectors; ++v) {
+    for (unsigned v = 0; ok && v < o.vectors; ++v) {
       const int fd = ::eventfd(0, EFD_CLOEXEC);
       ok = fd >= 0;
       if (ok) p.vectors.push_back(fd);
@@ -172,16 +176,51 @@ int main(int argc, char** argv) {
     if (!ok) {
       std::fprintf(stderr, "ordo-ivshmem-server: setting up a new peer failed: %s\n", std::strerror(errno));
       close_peer(p);
-      continue;
+      return;
     }
     for (const Peer& q : peers) {
       for (int fd : p.vectors) send_message(q.sock, p.id, fd);
     }
-    if (verbose) std::fprintf(stderr, "ordo-ivshmem-server: peer %u joined\n", p.id);
+    if (o.verbose) std::fprintf(stderr, "ordo-ivshmem-server: peer %u joined\n", p.id);
     peers.push_back(std::move(p));
   }
-  for (Peer& p : peers) close_peer(p);
+
+  void serve(int listener) {
+    while (!g_stop) {
+      std::vector<pollfd> fds{{listener, POLLIN, 0}};
+      for (const Peer& p : peers) fds.push_back({p.sock, POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), -1) < 0) continue;  // EINTR: look at g_stop
+      for (size_t i = fds.size(); i-- > 1;)
+        if (fds[i].revents) drop(i - 1);
+      if (!(fds[0].revents & POLLIN)) continue;
+      if (const int sock = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC); sock >= 0) admit(sock);
+    }
+    for (Peer& p : peers) close_peer(p);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  int rc;
+  if (!parse(argc, argv, &o, &rc)) return rc;
+  const int shm = ::open(o.region_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  struct stat st{};
+  if (shm < 0 || ::fstat(shm, &st) != 0 || (uint64_t(st.st_size) != o.size && ::ftruncate(shm, off_t(o.size)) != 0)) {
+    std::fprintf(stderr, "ordo-ivshmem-server: cannot open or size %s: %s\n", o.region_path.c_str(), std::strerror(errno));
+    return 1;
+  }
+  const int listener = listen_on(o.socket_path, &rc);
+  if (listener < 0) return rc;
+  struct sigaction sa{};
+  sa.sa_handler = on_stop;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::fprintf(stderr, "ordo-ivshmem-server: serving %s (%llu MiB, %u vectors) on %s\n", o.region_path.c_str(),
+               (unsigned long long)(o.size >> 20), o.vectors, o.socket_path.c_str());
+  Server{o, shm, {}}.serve(listener);
   ::close(listener);
-  ::unlink(socket_path.c_str());
+  ::unlink(o.socket_path.c_str());
   return 0;
 }
