@@ -2,6 +2,8 @@
 // once per content, their functions and kernels, and their device variables.
 #include "module.h"
 
+#include "transport/module_image.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -73,20 +75,20 @@ struct ElfSection {
 uint64_t elf_size(const std::byte* p) {
   ElfHeader h;
   std::memcpy(&h, p, sizeof h);
-  if (h.ident[4] != 2 || h.shentsize != sizeof(ElfSection)) return 0;
+  if (h.ident[4] != image::kElfClass64 || h.shentsize != sizeof(ElfSection)) return 0;
   uint64_t end = std::max<uint64_t>(sizeof h, h.shoff + uint64_t{h.shnum} * h.shentsize);
   end = std::max<uint64_t>(end, h.phoff + uint64_t{h.phnum} * h.phentsize);
   for (uint16_t i = 0; i < h.shnum; ++i) {
     ElfSection s;
     std::memcpy(&s, p + h.shoff + uint64_t{i} * sizeof s, sizeof s);
-    if (s.type != 8 /* SHT_NOBITS */) end = std::max(end, s.offset + s.size);
+    if (s.type != image::kShtNobits) end = std::max(end, s.offset + s.size);
   }
   return end;
 }
 
 // What an image pointer points at: an nvcc fatbinC wrapper, a fatbin, an ELF
 // cubin or PTX text. Returns the image proper and its size.
-CUresult size_image(const void* image, const std::byte** data, uint64_t* size, int* kind) {
+CUresult size_image(const void* image, const std::byte** data, uint64_t* size, image::Format* kind) {
   if (!image) return CUDA_ERROR_INVALID_VALUE;
   uint32_t magic;
   std::memcpy(&magic, image, 4);
@@ -101,13 +103,13 @@ CUresult size_image(const void* image, const std::byte** data, uint64_t* size, i
   }
   *data = static_cast<const std::byte*>(image);
   if (magic == kFatbinMagic) {
-    *kind = 0;
+    *kind = image::Format::kFatbin;
     *size = fatbin_size(image);
-  } else if (magic == 0x464c457f) {  // "\x7fELF"
-    *kind = 1;
+  } else if (magic == image::kElfMagic) {
+    *kind = image::Format::kElf;
     *size = elf_size(*data);
   } else {
-    *kind = 2;  // PTX text, NUL-terminated
+    *kind = image::Format::kPtx;  // NUL-terminated
     *size = std::strlen(static_cast<const char*>(image)) + 1;
     // Anything else is no module: PTX states its version first (after comments).
     const std::string_view text(static_cast<const char*>(image), *size - 1);
@@ -127,12 +129,12 @@ CUresult load_module(const void* image, Module** out) {
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   const std::byte* data;
   uint64_t size;
-  int kind;
+  image::Format kind;
   if (CUresult e = size_image(image, &data, &size, &kind); e != CUDA_SUCCESS) return e;
   auto m = std::make_unique<Module>();
   const std::span<const std::byte> bytes(data, size);
-  bool parsed = kind == 0 ? parse_fatbin(bytes, &m->layouts, &m->parse_error, &m->global_sizes)
-              : kind == 1 ? parse_cubin(bytes, &m->layouts, &m->parse_error, &m->global_sizes)
+  bool parsed = kind == image::Format::kFatbin ? parse_fatbin(bytes, &m->layouts, &m->parse_error, &m->global_sizes)
+              : kind == image::Format::kElf ? parse_cubin(bytes, &m->layouts, &m->parse_error, &m->global_sizes)
                           : parse_ptx({reinterpret_cast<const char*>(data), size - 1}, &m->layouts,
                                                     &m->parse_error);
   (void)parsed;  // kernels without a layout fail when fetched, naming themselves
