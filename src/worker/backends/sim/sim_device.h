@@ -1,0 +1,216 @@
+// The sim's device: Backend on simulated devices, one object for all of them.
+// Where its methods are: sim_backend.cc (construction, device info),
+// sim_memory.cc (allocations, address translation, peer access),
+// sim_stream.cc (streams, their threads, enqueueing), sim_event.cc (events,
+// notifications, host callbacks), sim_launch.cc (launches, copies, memsets:
+// checked, enqueued, executed), sim_module.cc (modules, globals, kernel lookup).
+//
+// Threads: one host thread per stream runs that stream's ops strictly in FIFO
+// order. The caller (the worker's dispatch thread) enqueues, except that it runs
+// a short copy or memset itself when the stream is idle (Device::run_inline).
+//
+// Locking:
+//   Device::mu_     stream table, event table, every stream's `enqueued` count
+//                   and the legacy-stream bookkeeping; held for each enqueue so
+//                   that "earlier call" is well defined.
+//   Stream::mu      that stream's queue, its completion waiters and pending
+//                   event notifications. Taken after Device::mu_, never the
+//                   other way round; a stream thread never holds it while it
+//                   runs an op or a callback. The completion count itself is an
+//                   atomic; the stream thread takes Stream::mu after a
+//                   completion only when someone waits or has a notification.
+//   Device::mem_mu_ the allocation map (shared for translations).
+//   No lock is held while an op (kernel, copy, host callback) runs.
+//
+// Completion: a stream counts the ops enqueued and the ops completed. A point in
+// a stream is (stream, seq) and is complete when completed >= seq. Events capture
+// such a point; dependencies between streams (stream_wait_event, the legacy
+// default stream's implicit synchronization) are WaitOps in the waiting stream's
+// queue that block its thread on the other stream's condition variable.
+#pragma once
+
+#include <sched.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ordo/layout.h"
+#include "ordo/sim.h"
+#include "sim_memory.h"
+#include "sim_registry.h"
+#include "sim_stream.h"
+#include "worker/backend.h"
+
+namespace ordo::sim {
+
+constexpr uint64_t kMaxBlockThreads = 1024;
+
+class Device final : public Backend {
+ public:
+  explicit Device(uint32_t devices);
+
+  ~Device() override;
+
+  std::string_view name() const override { return "sim"; }
+
+  uint32_t device_count() const override { return devices_; }
+
+  Status stream_create(uint32_t id, uint32_t device, bool blocking, int /*priority*/) override;
+
+  Status stream_destroy(uint32_t id) override;
+
+  Status launch(uint32_t stream, const LaunchParams& p, const OpTag& tag) override;
+
+  Status memcpy(uint32_t stream, MemOperand dst, MemOperand src, uint64_t size,
+                const OpTag& tag) override;
+
+  Status memset(uint32_t stream, uint64_t dst, uint8_t value, uint64_t size,
+                const OpTag& tag) override;
+
+  // A copy or memset of `size` bytes: run on this thread when its stream is
+  // idle and it is short enough not to hold up the worker's other rings.
+  Status push_or_run(uint32_t stream, Op&& op, uint64_t size);
+
+  Status event_create(uint32_t event, uint32_t device, uint32_t flags) override;
+
+  Status event_destroy(uint32_t event) override;
+
+  Status event_record(uint32_t stream, uint32_t event) override;
+
+  Status stream_wait_event(uint32_t stream, uint32_t event) override;
+
+  Status event_query(uint32_t event) override;
+
+  Status event_elapsed(uint32_t start, uint32_t end, float* ms) override;
+
+  void event_notify(uint32_t event, std::function<void()> fn) override;
+
+  void stream_notify(uint32_t stream, std::function<void()> fn) override;
+
+  void host_callback(uint32_t stream, std::function<void()> fn) override;
+
+  Status malloc(uint32_t device, uint64_t size, uint64_t* device_addr) override;
+
+  Status free(uint64_t device_addr) override;
+
+  // The sim cannot run device code: a module's kernels are found by name among
+  // the registered kernels (host twins, see `ordo-worker --sim-kernels`). Loading
+  // only records the module id so that lookups in unknown modules fail as on a GPU.
+  Status module_load(uint32_t module, std::span<const std::byte>) override;
+
+  Status module_unload(uint32_t module) override;
+
+  // The sim cannot read the image's initial values: a device variable starts
+  // zeroed, in memory of its own, for the module's lifetime.
+  Status module_global(uint32_t module, uint32_t device, std::string_view name, uint64_t size_hint, uint64_t* addr,
+                       uint64_t* size) override;
+
+  Status device_info(uint32_t device, DeviceInfo* out) override;
+
+  // The sim is an all-to-all NVLink box: any device may reach any other once enabled.
+  bool can_access_peer(uint32_t device, uint32_t peer) override;
+
+  Status set_peer_access(uint32_t device, uint32_t peer, bool enable) override;
+
+  // Whether a kernel on `device` may touch memory at `addr`: its own device's,
+  // or an enabled peer's.
+  bool reachable(uint32_t device, uint64_t addr) const;
+
+  Status kernel_lookup(uint32_t module, std::string_view name, uint32_t* kernel) override;
+
+  // The attributes DeviceInfo carries, plus what identifies an H200 to libraries
+  // that pick kernels by chip (docs/CUDA.md, "The sim's device").
+  Status device_attributes(uint32_t device, uint32_t first, int32_t* out) override;
+
+  bool kernel_runnable(uint32_t kernel) override { return kernel_by_id(kernel) != nullptr; }
+
+  // Translates [addr, addr + bytes) (bytes > 0) to host memory if it lies inside
+  // one live allocation: kInvalidDevicePointer if addr is in none,
+  // kInvalidValue if the range runs past the end of the one it starts in.
+  // `pin` keeps the block alive while the caller uses it (a concurrent free only
+  // unlinks it).
+  Status lookup(uint64_t addr, uint64_t bytes, void** out, std::shared_ptr<const void>* pin = nullptr) const;
+
+ private:
+  struct Worker {
+    std::shared_ptr<Stream> stream;
+    std::thread thread;
+  };
+
+  // Requires mu_ (or construction).
+  std::shared_ptr<Stream> start_stream_locked(uint32_t id, uint32_t device, bool blocking, bool legacy);
+
+  static void stop(Stream& s);
+
+  // Joins the threads of destroyed streams that have drained. Requires mu_.
+  void reap_locked();
+
+  Stream* find_stream_locked(uint32_t id) const {
+    return id < kMaxStreams ? streams_[id].get() : nullptr;
+  }
+
+  Event* find_event_locked(uint32_t id) {
+    auto it = events_.find(id);
+    return it == events_.end() ? nullptr : &it->second;
+  }
+
+  Status check_operand(const MemOperand& m, uint64_t size) const;
+
+  // Enqueues `op` on `s` after the implicit legacy-default-stream dependencies.
+  // Requires mu_.
+  void push_locked(Stream& s, Op&& op) { enqueue_locked(s, op, false); }
+
+  // As push_locked; but when `may_inline` and `s` has nothing to wait for (its
+  // thread asleep with every earlier op complete, no implicit dependency
+  // pending), claims the stream and returns true without taking `op`: the
+  // caller drops mu_ and calls run_inline. Requires mu_.
+  bool enqueue_locked(Stream& s, Op& op, bool may_inline);
+
+  // Runs an op that enqueue_locked claimed for the calling thread, as the
+  // stream's thread would have: a copy into an idle stream starts at once on a
+  // GPU, and handing it to a sleeping thread costs more than a small copy (tens
+  // of microseconds on a busy machine). Ops enqueued meanwhile wait in the queue.
+  void run_inline(Stream& s, Op& op);
+
+  // The stream thread.
+  void run(Stream& s);
+
+  void execute(Op& op);
+
+  const uint32_t devices_;
+  cpu_set_t cpus_;  // the constructing thread's CPUs: every stream thread's
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<Stream>> streams_ = std::vector<std::shared_ptr<Stream>>(kMaxStreams);  // guarded by mu_; by stream id
+  // Per device: live blocking streams, plus destroyed ones its legacy stream has yet to depend on.
+  std::vector<std::vector<std::shared_ptr<Stream>>> blocking_;  // guarded by mu_
+  std::vector<bool> destroyed_blocking_;                       // guarded by mu_
+  std::array<std::atomic<uint32_t>, kMaxDevices> peers_{};     // per device: bit p = may reach device p's memory
+  std::unordered_map<uint32_t, Event> events_;     // guarded by mu_
+  std::vector<Worker> workers_;                    // guarded by mu_
+
+  mutable std::shared_mutex mem_mu_;
+  std::map<uint64_t, std::shared_ptr<HostBlock>> allocs_;  // guarded by mem_mu_
+  std::array<uint64_t, kMaxDevices> next_addr_{};  // guarded by mem_mu_; per device: its next address
+
+  std::mutex modules_mu_;
+  std::set<uint32_t> modules_;  // guarded by modules_mu_
+  using GlobalKey = std::tuple<uint32_t, uint32_t, std::string>;  // module, device, name
+  std::map<GlobalKey, std::pair<uint64_t, uint64_t>> globals_;      // -> (addr, size)
+};
+
+}  // namespace ordo::sim

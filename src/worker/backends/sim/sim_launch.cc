@@ -1,0 +1,137 @@
+// The sim's work: kernel launches, copies and memsets, checked and enqueued on
+// a stream (or run at once, Device::push_or_run), and executed by the stream's
+// thread (Device::execute).
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string_view>
+
+#include "sim_device.h"
+#include "sim_registry.h"
+
+namespace ordo::sim {
+namespace {
+
+// The largest copy or memset the dispatching thread runs itself (Device::run_inline):
+// about 100 us of memcpy, so the worker's other rings wait no longer than that.
+constexpr uint64_t kInlineBytes = uint64_t{4} << 20;
+
+std::atomic<uint64_t> g_tick{0};
+
+}  // namespace
+
+Status Device::launch(uint32_t stream, const LaunchParams& p, const OpTag& tag) {
+  Kernel fn = kernel_by_id(p.kernel);
+  std::string_view missing;
+  if (!fn) {
+    Registry& r = registry();
+    std::shared_lock lk(r.mu);
+    auto it = r.missing.find(p.kernel);
+    if (it == r.missing.end()) return Status::kInvalidDeviceFunction;
+    missing = it->second;  // a map node: stable while the process lives
+  }
+  if (p.grid.x == 0 || p.grid.y == 0 || p.grid.z == 0 || p.block.x == 0 || p.block.y == 0 ||
+      p.block.z == 0) {
+    return Status::kInvalidConfiguration;
+  }
+  if (uint64_t{p.block.x} * p.block.y * p.block.z > kMaxBlockThreads) {
+    return Status::kInvalidConfiguration;
+  }
+  if (p.args_size != 0 && p.args == nullptr) return Status::kInvalidValue;
+  Op op{tag, LaunchOp{fn, missing, p.grid, p.block, ArgBuf(p.args, p.args_size), 0}};
+  std::lock_guard lk(mu_);
+  Stream* s = find_stream_locked(stream);
+  if (!s) return Status::kInvalidResourceHandle;
+  std::get<LaunchOp>(op.body).device = s->device;
+  push_locked(*s, std::move(op));
+  return Status::kSuccess;
+}
+
+Status Device::memcpy(uint32_t stream, MemOperand dst, MemOperand src, uint64_t size,
+                      const OpTag& tag) {
+  if (size != 0) {
+    if (Status st = check_operand(dst, size); !ok(st)) return st;
+    if (Status st = check_operand(src, size); !ok(st)) return st;
+  }
+  return push_or_run(stream, Op{tag, CopyOp{dst, src, size}}, size);
+}
+
+Status Device::memset(uint32_t stream, uint64_t dst, uint8_t value, uint64_t size,
+                      const OpTag& tag) {
+  if (size != 0) {
+    if (Status st = check_operand(MemOperand{true, dst}, size); !ok(st)) return st;
+  }
+  return push_or_run(stream, Op{tag, SetOp{dst, size, value}}, size);
+}
+
+// A copy or memset of `size` bytes: run on this thread when its stream is
+// idle and it is short enough not to hold up the worker's other rings.
+Status Device::push_or_run(uint32_t stream, Op&& op, uint64_t size) {
+  std::shared_ptr<Stream> claimed;
+  {
+    std::lock_guard lk(mu_);
+    Stream* s = find_stream_locked(stream);
+    if (!s) return Status::kInvalidResourceHandle;
+    if (size == 0) return Status::kSuccess;
+    if (!enqueue_locked(*s, op, size <= kInlineBytes)) return Status::kSuccess;
+    claimed = streams_[stream];
+  }
+  run_inline(*claimed, op);
+  return Status::kSuccess;
+}
+
+void Device::execute(Op& op) {
+  if (auto* l = std::get_if<LaunchOp>(&op.body)) {
+    if (!l->fn) {
+      // In stream order, as a GPU reports an image it cannot run.
+      std::fprintf(stderr,
+                   "ordo-worker (sim): kernel %.*s has no host twin, so the sim cannot run it; the launch fails "
+                   "with cudaErrorNoKernelImageForDevice (add a twin with --sim-kernels, or use --backend cuda)\n",
+                   int(l->missing.size()), l->missing.data());
+      return report(op.tag, Status::kNoKernelImage);
+    }
+    KernelContext ctx(*this, l->grid, l->block, l->args.span(), l->device);
+    try {
+      l->fn(ctx);
+    } catch (const KernelError& e) {
+      if (!ok(e.status)) report(op.tag, e.status);
+    } catch (...) {
+      report(op.tag, Status::kLaunchFailure);
+    }
+  } else if (auto* c = std::get_if<CopyOp>(&op.body)) {
+    void* dst = nullptr;
+    const void* src = nullptr;
+    std::shared_ptr<const void> dst_pin, src_pin;
+    if (c->dst.device) {
+      if (!ok(lookup(c->dst.addr, c->size, &dst, &dst_pin))) return report(op.tag, Status::kInvalidDevicePointer);
+    } else {
+      dst = reinterpret_cast<void*>(static_cast<uintptr_t>(c->dst.addr));
+    }
+    if (c->src.device) {
+      void* p = nullptr;
+      if (!ok(lookup(c->src.addr, c->size, &p, &src_pin))) return report(op.tag, Status::kInvalidDevicePointer);
+      src = p;
+    } else {
+      src = reinterpret_cast<const void*>(static_cast<uintptr_t>(c->src.addr));
+    }
+    device_copy(dst, src, c->size);
+  } else if (auto* m = std::get_if<SetOp>(&op.body)) {
+    void* dst = nullptr;
+    std::shared_ptr<const void> pin;
+    if (!ok(lookup(m->dst, m->size, &dst, &pin))) return report(op.tag, Status::kInvalidDevicePointer);
+    device_fill(dst, m->value, m->size);
+  } else if (auto* r = std::get_if<RecordOp>(&op.body)) {
+    r->cap->time = std::chrono::steady_clock::now();
+  } else if (auto* w = std::get_if<WaitOp>(&op.body)) {
+    w->stream->wait_for(w->seq);
+  } else if (auto* h = std::get_if<HostOp>(&op.body)) {
+    run_guarded(h->fn);
+  }
+}
+
+uint64_t KernelContext::tick() const { return g_tick.fetch_add(1, std::memory_order_acq_rel) + 1; }
+
+}  // namespace ordo::sim

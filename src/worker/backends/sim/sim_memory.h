@@ -1,0 +1,90 @@
+// The sim's device memory: every allocation is a HostBlock of zeroed host
+// memory at a synthetic device address. Device::malloc, free and lookup (the
+// address translation every op and kernel goes through) are in sim_memory.cc.
+#pragma once
+
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace ordo::sim {
+
+// Simulated device work touches device memory the way a GPU does: two streams
+// the program did not order may touch the same bytes at once. Such a race is
+// the guest program's bug (and the tests that switch ordering off provoke it
+// on purpose), so every access by device work goes through these two
+// functions (sim_memory.cc), which tests/tsan.supp names.
+void device_copy(void* dst, const void* src, uint64_t n);
+void device_fill(void* dst, uint8_t v, uint64_t n);
+
+constexpr uint64_t kMaxAllocBytes = uint64_t{64} << 30;
+constexpr uint64_t kAllocAlign = 256;
+constexpr uint64_t kMmapThreshold = uint64_t{1} << 20;
+// Synthetic device addresses are non-canonical on x86-64 and AArch64 (4- and
+// 5-level paging alike), so they can never equal a real host pointer.
+constexpr uint64_t kDeviceBase = 0x0d00'0000'0000'0000;
+// Each device's allocations in a range of their own, so an address names its device.
+constexpr unsigned kDeviceSpanShift = 44;
+inline uint32_t device_of_addr(uint64_t addr) { return uint32_t((addr - kDeviceBase) >> kDeviceSpanShift); }
+
+// Zeroed host memory behind one device allocation, aligned like the device address.
+class HostBlock {
+ public:
+  HostBlock() = default;
+  HostBlock(const HostBlock&) = delete;
+  HostBlock& operator=(const HostBlock&) = delete;
+  HostBlock(HostBlock&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), size_(o.size_), mapped_(o.mapped_) {}
+  HostBlock& operator=(HostBlock&& o) noexcept {
+    if (this != &o) {
+      release();
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      size_ = o.size_;
+      mapped_ = o.mapped_;
+    }
+    return *this;
+  }
+  ~HostBlock() { release(); }
+
+  bool allocate(uint64_t size) {
+    release();
+    if (size >= kMmapThreshold) {
+      // Anonymous mappings are zero-filled lazily: a large allocation costs no time.
+      void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) return false;
+      ptr_ = static_cast<std::byte*>(p);
+      mapped_ = true;
+    } else {
+      void* p = nullptr;
+      if (::posix_memalign(&p, kAllocAlign, size) != 0 || p == nullptr) return false;
+      std::memset(p, 0, size);
+      ptr_ = static_cast<std::byte*>(p);
+      mapped_ = false;
+    }
+    size_ = size;
+    return true;
+  }
+
+  std::byte* data() const { return ptr_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  void release() {
+    if (!ptr_) return;
+    if (mapped_) {
+      ::munmap(ptr_, size_);
+    } else {
+      std::free(ptr_);
+    }
+    ptr_ = nullptr;
+  }
+  std::byte* ptr_ = nullptr;
+  uint64_t size_ = 0;
+  bool mapped_ = false;
+};
+
+}  // namespace ordo::sim
