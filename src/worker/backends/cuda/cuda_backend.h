@@ -1,4 +1,4 @@
-// The cuda backend: ordo-worker on a real GPU (cuda_backend.cc).
+// The cuda backend: ordo-worker on a real GPU (cuda_backend_impl.h: the class, and where each part of it is).
 // Declared whether or not the worker was built with CUDA (meson -Dcuda): without
 // it, probe() says so and make_cuda_backend() returns nullptr.
 #pragma once

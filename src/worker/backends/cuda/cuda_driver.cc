@@ -1,0 +1,27 @@
+// The cuda backend's driver entry points and log (cuda_driver.h).
+#include "cuda_driver.h"
+
+#include <cstdio>
+
+namespace ordo::cuda {
+
+void log(const char* fmt, const char* a, const char* b) {
+  std::fprintf(stderr, "ordo-worker: cuda: ");
+  std::fprintf(stderr, fmt, a, b);
+  std::fprintf(stderr, "\n");
+}
+
+bool Driver::load(std::string* error) {
+  // Asked for as of CUDA 12.0 (12.4 for cuFuncGetParamInfo): none of these
+  // changed its ABI since the version in its typedef's name.
+  return get("cuModuleLoadData", 12000, &module_load_data, true, error) &&
+         get("cuModuleUnload", 12000, &module_unload, true, error) &&
+         get("cuModuleGetFunction", 12000, &module_get_function, true, error) &&
+         get("cuModuleGetGlobal", 12000, &module_get_global, true, error) &&
+         get("cuLaunchKernel", 12000, &launch_kernel, true, error) &&
+         get("cuCtxGetCurrent", 12000, &ctx_get_current, true, error) &&
+         get("cuCtxSetCurrent", 12000, &ctx_set_current, true, error) &&
+         get("cuFuncGetParamInfo", 12040, &func_get_param_info, false, error);
+}
+
+}  // namespace ordo::cuda

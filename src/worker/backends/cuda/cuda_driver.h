@@ -1,0 +1,62 @@
+// The cuda backend's way to CUDA: the driver API functions it calls, found
+// through cudaGetDriverEntryPointByVersion (ordo-worker does not link
+// libcuda), CUDA's error numbers as ordo::Status, and its log line.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "ordo/status.h"
+
+namespace ordo::cuda {
+
+// cudaError_t and CUresult share their numbers for everything a backend returns
+// (400 invalid handle, 700 illegal address, 719 launch failure, ...), and
+// ordo::Status uses CUDA's numbers, so the value passes through unchanged.
+inline Status to_status(cudaError_t e) { return static_cast<Status>(int32_t(e)); }
+inline Status to_status(CUresult r) { return static_cast<Status>(int32_t(r)); }
+static_assert(int(Status::kPeerAccessUnsupported) == cudaErrorPeerAccessUnsupported &&
+              int(Status::kPeerAccessAlreadyEnabled) == cudaErrorPeerAccessAlreadyEnabled &&
+              int(Status::kPeerAccessNotEnabled) == cudaErrorPeerAccessNotEnabled &&
+              int(Status::kInvalidDevice) == cudaErrorInvalidDevice);
+
+
+// One line on stderr: "ordo-worker: cuda: " and fmt with up to two strings.
+void log(const char* fmt, const char* a = "", const char* b = "");
+
+// The driver functions we use, at the ABI version these typedefs describe.
+struct Driver {
+  PFN_cuModuleLoadData_v2000 module_load_data = nullptr;
+  PFN_cuModuleUnload_v2000 module_unload = nullptr;
+  PFN_cuModuleGetFunction_v2000 module_get_function = nullptr;
+  PFN_cuModuleGetGlobal_v3020 module_get_global = nullptr;
+  PFN_cuLaunchKernel_v4000 launch_kernel = nullptr;
+  PFN_cuCtxGetCurrent_v4000 ctx_get_current = nullptr;
+  PFN_cuCtxSetCurrent_v4000 ctx_set_current = nullptr;
+  PFN_cuFuncGetParamInfo_v12040 func_get_param_info = nullptr;  // optional: drivers before 12.4 lack it
+
+  template <class F>
+  static bool get(const char* name, unsigned version, F* out, bool required, std::string* error) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableLegacyStream, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
+      if (required && error) {
+        *error = std::string("the CUDA driver has no ") + name + " (cudaGetDriverEntryPointByVersion: " +
+                 cudaGetErrorName(e) + ", query result " + std::to_string(int(q)) +
+                 "); update the NVIDIA driver or use --backend sim";
+      }
+      return !required;
+    }
+    *out = reinterpret_cast<F>(fn);
+    return true;
+  }
+
+  bool load(std::string* error);
+};
+
+}  // namespace ordo::cuda

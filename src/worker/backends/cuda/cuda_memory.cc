@@ -1,0 +1,69 @@
+// The cuda backend's memory: device allocations, the registered (pinned) host
+// memory, and the checks every copy and memset operand goes through.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "cuda_backend_impl.h"
+
+namespace ordo::cuda {
+
+void CudaBackend::register_host_memory(void* base, uint64_t size) {
+  if (!base || size == 0) return;
+  bind(0);
+  // Pinning lets copies DMA straight from the shared region. Without it they
+  // still work, but pageable copies are staged by the driver and a D2H copy
+  // into pageable memory holds the dispatch thread until it is done.
+  // Portable: pinned for every device's context, not only the current one's.
+  cudaError_t e = cudaHostRegister(base, size, cudaHostRegisterPortable);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it so it is not reported later
+    log("cudaHostRegister of the shared region failed (%s): copies will be pageable and slower", cudaGetErrorName(e));
+  }
+  std::lock_guard lk(mu_);
+  host_ranges_.push_back({reinterpret_cast<uintptr_t>(base), size, e == cudaSuccess});
+}
+
+Status CudaBackend::malloc(uint32_t device, uint64_t size, uint64_t* device_addr) {
+  if (!device_addr || size == 0) return Status::kInvalidValue;
+  if (device >= device_count()) return Status::kInvalidDevice;
+  bind(device);
+  void* p = nullptr;
+  if (cudaError_t e = cudaMalloc(&p, size); e != cudaSuccess) {
+    cudaGetLastError();  // out of memory is not sticky
+    return to_status(e);
+  }
+  std::lock_guard lk(mu_);
+  allocs_.emplace(reinterpret_cast<uintptr_t>(p), Alloc{size, device});
+  *device_addr = reinterpret_cast<uintptr_t>(p);
+  return Status::kSuccess;
+}
+
+Status CudaBackend::free(uint64_t device_addr) {
+  if (device_addr == 0) return Status::kSuccess;  // like cudaFree(nullptr)
+  std::lock_guard lk(mu_);
+  auto it = allocs_.find(device_addr);
+  if (it == allocs_.end()) return Status::kInvalidDevicePointer;  // only what malloc returned, and only once
+  const uint32_t d = it->second.device;
+  allocs_.erase(it);
+  bind(d);
+  return to_status(cudaFree(reinterpret_cast<void*>(uintptr_t(device_addr))));
+}
+
+// [addr, addr + size) must lie inside one live allocation or module
+// variable, of any device; *device (if asked) says which. Requires mu_.
+Status CudaBackend::check_device(uint64_t addr, uint64_t size, uint32_t* device) const {
+  if (inside(allocs_, addr, size, device) || inside(globals_, addr, size, device)) return Status::kSuccess;
+  return Status::kInvalidDevicePointer;
+}
+
+// Host operands must lie inside registered memory (the shared region). Requires mu_.
+Status CudaBackend::check_operand(const MemOperand& m, uint64_t size, uint32_t* device) const {
+  if (m.device) return check_device(m.addr, size, device);
+  for (const HostRange& r : host_ranges_)
+    if (m.addr >= r.base && m.addr - r.base < r.size && size <= r.size - (m.addr - r.base)) return Status::kSuccess;
+  return Status::kInvalidValue;
+}
+
+}  // namespace ordo::cuda
