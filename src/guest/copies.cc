@@ -157,7 +157,8 @@ Status Copies::d2h_window(ThreadState& t, const Bound& b, std::byte* dst, uint64
         got = true;
       }
       if (got) {
-        const uint64_t pos = producer_.push(t, g, b.s, copy_entry(MemKind::Staging, MemKind::Device, off, src + issued, n));
+        const Entry e = copy_entry(MemKind::Staging, MemKind::Device, off, src + issued, n);
+        const uint64_t pos = producer_.push(t, g, b.s, e);
         q[(head + count) % 8] = {producer_.push_fence(t, g), pos, g.staging.tail(), off, issued, n};
         ++count;
         issued += n;

@@ -78,7 +78,8 @@ Status Devices::device_attributes(uint32_t device, uint32_t first, int32_t* out)
   e.op = uint16_t(Op::DeviceAttributes);
   e.arg[0] = device;
   e.arg[1] = first;
-  return threads_.finish(t, threads_.call(e, nullptr, nullptr, nullptr, out, kDeviceAttributesPerCall * sizeof(int32_t)));
+  const Status s = threads_.call(e, nullptr, nullptr, nullptr, out, kDeviceAttributesPerCall * sizeof(int32_t));
+  return threads_.finish(t, s);
 }
 
 Status Devices::shared_mem_limit(uint32_t device, uint64_t* limit) {

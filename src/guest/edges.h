@@ -48,7 +48,8 @@ struct RingOrder {
   };
   std::array<Presence, kMaxDevices> on;        // every stream of the device
   std::array<Presence, kMaxDevices> blocking;  // its blocking streams
-  std::array<uint64_t, kMaxDevices> legacy_seen{};  // under the ring's lock: each legacy stream's ring positions already covered by an edge from here
+  // Under the ring's lock: each legacy stream's ring positions already covered by an edge from here.
+  std::array<uint64_t, kMaxDevices> legacy_seen{};
 };
 
 // An event as its users see it (rule 2).
@@ -136,8 +137,9 @@ class Edges {
     for (uint32_t q = 0; q < ring_count_; ++q) {
       if (q == r) continue;
       const RingOrder& o = rings_[q];
-      const uint64_t p = o.blocking[d].live.load(std::memory_order_acquire) ? o.published.load(std::memory_order_acquire)
-                                                                             : o.blocking[d].end.load(std::memory_order_acquire);
+      const uint64_t p = o.blocking[d].live.load(std::memory_order_acquire)
+                             ? o.published.load(std::memory_order_acquire)
+                             : o.blocking[d].end.load(std::memory_order_acquire);
       if (p > covered[q]) {
         edges->push_back({q, 0, p});
         covered[q] = p;

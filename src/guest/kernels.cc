@@ -49,7 +49,8 @@ Status Kernels::module_unload(uint32_t module) {
 Status Kernels::module_global(uint32_t module, const std::string& name, uint64_t size_hint, uint64_t* addr,
                               uint64_t* size) {
   ThreadState& t = threads_.current();
-  if (!addr || !size || name.empty() || name.size() >= kSlotPayload) return threads_.finish_own(t, Status::kInvalidValue);
+  if (!addr || !size || name.empty() || name.size() >= kSlotPayload)
+    return threads_.finish_own(t, Status::kInvalidValue);
   Entry e{};
   e.op = uint16_t(Op::ModuleGlobal);
   e.arg[0] = module;
@@ -74,8 +75,8 @@ Status Kernels::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args,
   // Every device allows 48 KiB; above that, what this device allows any kernel
   // (a kernel's own opt-in limit is the driver's to check, at dispatch).
   if (shared_mem > 48 * 1024) {
-    uint64_t limit = 0;
-    if (Status st = devices_.shared_mem_limit(b.s.device, &limit); !ok(st)) return threads_.finish(t, st);  // not finish()ed twice
+    uint64_t limit = 0;  // not finish()ed by shared_mem_limit: once, here
+    if (Status st = devices_.shared_mem_limit(b.s.device, &limit); !ok(st)) return threads_.finish(t, st);
     if (shared_mem > limit) return threads_.finish(t, Status::kInvalidValue);
   }
   std::lock_guard lock(g.mu);

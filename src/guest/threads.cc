@@ -71,10 +71,11 @@ ThreadState& Threads::current_slow() {
   t->err_slot = t->slot != kNoSlot ? t->slot : shared_slot_;
   if (t->slot != kNoSlot) t->seq = session_.region().slot(t->slot).request.seq.load(std::memory_order_relaxed);
   if (t->err_slot != kNoSlot) t->error_seen = error_seq(t->err_slot);
-  auto [pos, _] = t_states.emplace(id_, std::unique_ptr<void, void (*)(void*)>(t, [](void* p) {
-                                     if (detail::t_last_state == p) detail::t_last_id = 0, detail::t_last_state = nullptr;
-                                     delete static_cast<ThreadState*>(p);
-                                   }));
+  auto forget = [](void* p) {
+    if (detail::t_last_state == p) detail::t_last_id = 0, detail::t_last_state = nullptr;
+    delete static_cast<ThreadState*>(p);
+  };
+  auto [pos, _] = t_states.emplace(id_, std::unique_ptr<void, void (*)(void*)>(t, forget));
   detail::t_last_id = id_;
   detail::t_last_state = pos->second.get();
   return *static_cast<ThreadState*>(detail::t_last_state);
