@@ -41,7 +41,7 @@ void report(const char* what, bool good, const std::string& detail) {
 // without detaching. The worker must reject it all, keep serving other VMs,
 // and reclaim this session when the heartbeat stops.
 int hostile(Client& c) {
-  Region& r = c.region();
+  Region& r = guest::region_of(c);
   const Layout& l = r.layout();
   std::mt19937_64 rng(42);
   std::vector<uint64_t> tails(l.ring_count);
