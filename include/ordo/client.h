@@ -37,12 +37,6 @@ struct Event {
   uint64_t handle = 0;
 };
 
-class Client;
-namespace guest {
-struct Core;  // the units a client is made of: libordo_guest's own (src/guest/core.h)
-Core& core_of(Client& c);
-}  // namespace guest
-
 struct ClientOptions {
   // false: build no edges (the old prototype). Only for tests that must see
   // ordering violations.
@@ -53,6 +47,12 @@ struct ClientOptions {
   // How long attach waits for the worker to accept the session.
   std::chrono::milliseconds attach_timeout{5000};
 };
+
+class Client;
+namespace guest {
+struct Core;  // the units a client is made of: libordo_guest's own (src/guest/core.h)
+Core& core_of(Client& c);
+}  // namespace guest
 
 class Client {
  public:
@@ -154,7 +154,7 @@ class Client {
   Status sticky_error() const;  // the kernel fault that ended this session's device context, or kSuccess
   Status peek_last_error();
 
-  const Layout& layout() const;
+  const Layout& layout() const;  // the region's: rings, staging window, pinned heap
 
  private:
   friend guest::Core& guest::core_of(Client& c);
