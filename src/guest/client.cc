@@ -28,7 +28,7 @@ Core::Core(std::unique_ptr<Region> region, ClientOptions options, uint64_t sessi
       copies(session, threads, streams, producer, staging, pool, heap),
       kernels(threads, streams, producer, staging, waits, devices, memory, heap),
       host_functions(session, threads, streams, producer, memory) {
-  threads.serve(&streams);
+  threads.set_streams(&streams);
 }
 
 Core::~Core() {

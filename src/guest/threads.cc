@@ -42,12 +42,12 @@ Threads::Threads(Session& session)
 
 Threads::~Threads() { orphan(); }
 
-void Threads::serve(Streams* streams) {
+void Threads::set_streams(Streams* streams) {
   std::lock_guard lock(home_->mu);
   home_->streams = streams;
 }
 
-void Threads::orphan() { serve(nullptr); }
+void Threads::orphan() { set_streams(nullptr); }
 
 ThreadState& Threads::current_slow() {
   auto it = t_states.find(id_);

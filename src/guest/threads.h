@@ -74,7 +74,7 @@ class Threads {
   ThreadState* find_current() const;
   // Where exiting threads release their per-thread streams; orphan(): the
   // client is going, they release nothing more.
-  void serve(Streams* streams);
+  void set_streams(Streams* streams);
   void orphan();
 
   // A sync call: posts `e` in the calling thread's reply slot (a leased one
