@@ -146,7 +146,7 @@ Status Threads::peek_last_error() {
   return t.last_error;
 }
 
-Status Threads::call(Entry e, uint64_t* r0, uint64_t* r1, const std::string* payload, void* reply_payload,
+Status Threads::call(const Entry& e, uint64_t* r0, uint64_t* r1, const std::string* payload, void* reply_payload,
                      size_t reply_size) {
   ThreadState& t = current();
   const bool leased = t.slot == kNoSlot;

@@ -80,7 +80,7 @@ class Threads {
   // A sync call: posts `e` in the calling thread's reply slot (a leased one
   // for threads without one) and waits for the worker's answer, with an
   // optional name in the slot's payload and an optional reply payload.
-  Status call(Entry e, uint64_t* r0 = nullptr, uint64_t* r1 = nullptr, const std::string* payload = nullptr,
+  Status call(const Entry& e, uint64_t* r0 = nullptr, uint64_t* r1 = nullptr, const std::string* payload = nullptr,
               void* reply_payload = nullptr, size_t reply_size = 0);
 
   // What a call returns. finish: its own status, else an async error of the
