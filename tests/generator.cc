@@ -42,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "guest/testing.h"
 #include "ordo/sim.h"
 
 namespace ordo::scenario {
@@ -247,7 +248,7 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
       l.stamp = next_stamp++;
       sim::StampArgs a{dstamps[g.device], uint32_t(l.stamp), uint32_t(rng() % 200)};
       GEN_OK(c->launch(stamp_k, {1}, {1}, &a, sizeof a, g.s));
-      l.pos = c->last_position(g.s);
+      l.pos = guest::last_position(*c);
       add(l);
       last = l;
       covered_sid = 0;
@@ -285,12 +286,12 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
       GEN_OK(c->event_record(e.e, g.s));
       e.recorded = true;
       e.rec_sid = g.sid;
-      e.rec_end = c->last_position(g.s) + 1;
+      e.rec_end = guest::last_position(*c) + 1;
     };
     auto wait_on = [&](const GenStream& g, GenEvent& e, int phase) {
       GEN_OK(c->stream_wait_event(g.s, e.e));
       Logged l{Kind::Wait, th, phase, seq++, g.sid, g.legacy, g.blocking, g.device};
-      l.pos = c->last_position(g.s);
+      l.pos = guest::last_position(*c);
       l.rec_sid = e.rec_sid;
       l.rec_end = e.rec_end;
       add(l);

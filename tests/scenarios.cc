@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "guest/testing.h"
 #include "ordo/sim.h"
 
 namespace ordo::scenario {
@@ -257,7 +258,7 @@ ModelResult run_model(Client& cl, uint64_t seed, Problems& p, const ModelProgram
         }
         if (op.kind != Kind::DeviceSync) {
           op.ring = s.id;  // the stream: positions are compared within one stream only
-          op.pos = c->last_position(s);
+          op.pos = guest::last_position(*c);
         }
         std::lock_guard lock(log_mu);
         log.push_back(op);

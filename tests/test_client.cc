@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "guest/testing.h"
 #include "harness.h"
 #include "ordo/sim.h"
 
@@ -324,7 +325,7 @@ TEST(Client, StreamQueryAndPerThreadStreams) {
   for (uint32_t i = 0; i < 4; ++i)
     ts.emplace_back([&, i] {
       Stream s = c->per_thread_stream();
-      rings[i] = c->ring_of_stream(s);
+      rings[i] = guest::ring_of_stream(*c, s);
       all_created.arrive_and_wait();
       sim::StampArgs a{d, i, 20000};
       EXPECT_EQ(c->launch(stamp, {1}, {1}, &a, sizeof a, s), Status::kSuccess);
@@ -440,13 +441,13 @@ TEST(Client, AsyncPublishRacingTheWorkersSleepIsNeverLost) {
   ASSERT_EQ(c->malloc(&d, 8), Status::kSuccess);
   const uint64_t zero = 0;
   ASSERT_EQ(c->memcpy_h2d(d, &zero, 8), Status::kSuccess);
-  const RingControl& ring = w.region().ring(c->ring_of_stream(s));
+  const RingControl& ring = w.region().ring(guest::ring_of_stream(*c, s));
   std::mt19937 rng(12);
   constexpr int kLaunches = 4000;
   for (int i = 0; i < kLaunches; ++i) {
     const sim::AddU64Args a{d, 1};
     ASSERT_EQ(c->launch(add, {1}, {1}, &a, sizeof a, s), Status::kSuccess);
-    const uint64_t want = c->last_position(s) + 1;
+    const uint64_t want = guest::last_position(*c) + 1;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (ring.head.load() < want)
       ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "launch " << i << " was never dispatched: a lost wake-up";

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "guest/testing.h"
 #include "harness.h"
 #include "ordo/sim.h"
 
@@ -80,7 +81,7 @@ TEST(Devices, StreamsEventsAndMemoryBelongToTheirDevice) {
   EXPECT_EQ(d, 1u);
   ASSERT_TRUE(c->device_of(kLegacyStream, &d));  // stream 0: the current device's legacy stream
   EXPECT_EQ(d, 1u);
-  EXPECT_NE(c->ring_of_stream(kLegacyStream), 0u) << "device 1's legacy stream has a ring of its own";
+  EXPECT_NE(guest::ring_of_stream(*c, kLegacyStream), 0u) << "device 1's legacy stream has a ring of its own";
   ASSERT_EQ(c->set_device(2), Status::kSuccess);
   ASSERT_TRUE(c->device_of(kLegacyStream, &d));
   EXPECT_EQ(d, 2u);

@@ -22,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include "guest/testing.h"
 #include "harness.h"
 #include "ordo/sim.h"
 
@@ -197,13 +198,13 @@ void ring_reuse(Reuse mode) {
     for (int i = 0; i < iterations; ++i) {
       Stream a, b;
       ASSERT_EQ(c->stream_create(&a), Status::kSuccess);
-      const uint32_t ring_a = c->ring_of_stream(a);
+      const uint32_t ring_a = guest::ring_of_stream(*c, a);
       sim::SlowCopyArgs slow{out_a, x, kBytes, 3000, 0};
       ASSERT_EQ(c->launch(k, {1}, {1}, &slow, sizeof slow, a), Status::kSuccess);
       EXPECT_EQ(c->stream_query(a), Status::kNotReady);  // queues a completion fence
       ASSERT_EQ(c->stream_destroy(a), Status::kSuccess);
       ASSERT_EQ(c->stream_create(&b), Status::kSuccess);
-      reused += c->ring_of_stream(b) == ring_a;
+      reused += guest::ring_of_stream(*c, b) == ring_a;
       if (mode == Reuse::kSettle) {
         sim::SlowCopyArgs quick{out_b, x, kBytes, 0, 0};
         ASSERT_EQ(c->launch(k, {1}, {1}, &quick, sizeof quick, b), Status::kSuccess);
@@ -757,7 +758,7 @@ TEST(Regress, SynchronizingASharedRingStreamWaitsForItAlone) {
     const Stream mine = s.back();
     Stream mate{};
     for (size_t i = 0; i + 1 < s.size(); ++i)
-      if (c->ring_of_stream(s[i]) == c->ring_of_stream(mine)) mate = s[i];
+      if (guest::ring_of_stream(*c, s[i]) == guest::ring_of_stream(*c, mine)) mate = s[i];
     ASSERT_NE(mate.id, 0u) << "no stream shares a ring with the last one";
     sim::StampArgs slow{d, 0, 400000}, quick{d, 1, 0}, probe{d, 2, 0};
     ASSERT_EQ(c->launch(k, {1}, {1}, &slow, sizeof slow, mate), Status::kSuccess);

@@ -7,6 +7,7 @@
 #include <regex>
 #include <sstream>
 
+#include "guest/testing.h"
 #include "harness.h"
 #include "ordo/sim.h"
 
@@ -27,8 +28,8 @@ TEST(Trace, SeedScenarioShowsTracksSlicesAndEdges) {
       Stream s, s2;
       ASSERT_EQ(c->stream_create(&s, kStreamNonBlocking), Status::kSuccess);
       ASSERT_EQ(c->stream_create(&s2, kStreamNonBlocking), Status::kSuccess);
-      s_ring = c->ring_of_stream(s);
-      s2_ring = c->ring_of_stream(s2);
+      s_ring = guest::ring_of_stream(*c, s);
+      s2_ring = guest::ring_of_stream(*c, s2);
       Event e;
       ASSERT_EQ(c->event_create(&e), Status::kSuccess);
       sim::SlowCopyArgs a{out, x, 256, 1000, 0};

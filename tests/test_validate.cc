@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "guest/testing.h"
 #include "harness.h"
 #include "ordo/doorbell.h"
 #include "ordo/layout.h"
@@ -899,7 +900,7 @@ TEST_F(Hostile, EventRequestsBehindAHeldHostFunctionAreAnsweredAtOnce) {
   void* p = nullptr;
   ASSERT_EQ(c_->malloc_host(&p, sizeof(HostFuncWords)), Status::kSuccess);
   Entry hf = entry(Op::HostFunc);
-  hf.arg[0] = uint64_t(static_cast<std::byte*>(p) - c_->region().heap());
+  hf.arg[0] = uint64_t(static_cast<std::byte*>(p) - guest::region_of(*c_).heap());
   auto* w = reinterpret_cast<HostFuncWords*>(region().heap() + hf.arg[0]);
   w->reached.store(0);
   w->done.store(0);
@@ -1180,7 +1181,7 @@ TEST_F(Hostile, UnfinishedHostFunctionHoldsOnlyItsRing) {
   w->reached.store(0);
   w->done.store(0);
   Entry hf = entry(Op::HostFunc);
-  hf.arg[0] = uint64_t(static_cast<std::byte*>(p) - c_->region().heap());  // the client maps the region elsewhere
+  hf.arg[0] = uint64_t(static_cast<std::byte*>(p) - guest::region_of(*c_).heap());  // the client maps the region elsewhere
   w = reinterpret_cast<HostFuncWords*>(region().heap() + hf.arg[0]);
   hf.arg[1] = 7;
   push(R_, hf);
@@ -1675,8 +1676,8 @@ TEST_F(Hostile, MutatingRingWhileTheClientWorks) {
   Stream s1, s2;
   ASSERT_EQ(c_->stream_create(&s1), Status::kSuccess);
   ASSERT_EQ(c_->stream_create(&s2, kStreamNonBlocking), Status::kSuccess);
-  ASSERT_NE(c_->ring_of_stream(s1), r);
-  ASSERT_NE(c_->ring_of_stream(s2), r);
+  ASSERT_NE(guest::ring_of_stream(*c_, s1), r);
+  ASSERT_NE(guest::ring_of_stream(*c_, s2), r);
   constexpr uint32_t kN = 1024;
   uint64_t buf = 0, counter = 0;
   ASSERT_EQ(c_->malloc(&buf, kN * 4), Status::kSuccess);

@@ -4,19 +4,12 @@
 // the edges each entry carries (ARCHITECTURE.md, "Ordering rules").
 #pragma once
 
-#include <array>
-#include <atomic>
-#include <boost/container/small_vector.hpp>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
+#include <string_view>
 
 #include "ordo/device_info.h"
 #include "ordo/doorbell.h"
@@ -55,6 +48,12 @@ struct ClientOptions {
   std::chrono::milliseconds attach_timeout{5000};
 };
 
+class Client;
+namespace guest {
+struct Core;  // the units a client is made of: libordo_guest's own (src/guest/core.h)
+Core& core_of(Client& c);
+}  // namespace guest
+
 class Client {
  public:
   // `path`: a region file (/dev/shm/... on the host, a BAR2 resource file in a VM).
@@ -74,7 +73,7 @@ class Client {
   // Devices, as the CUDA runtime has them: each thread has a current device
   // (0 until it sets one), and streams, events and allocations are created on
   // it. A stream's work runs on the stream's device.
-  uint32_t device_count() const { return device_count_; }
+  uint32_t device_count() const;
   Status set_device(uint32_t device);  // kInvalidDevice past device_count()
   uint32_t current_device();
   // The device `s` belongs to; false if `s` is not a live stream.
@@ -155,124 +154,12 @@ class Client {
   Status sticky_error() const;  // the kernel fault that ended this session's device context, or kSuccess
   Status peek_last_error();
 
-  // Position the last entry this thread pushed on `s` got, and the ring `s` is on (tests).
-  uint64_t last_position(Stream s) const;
-  uint32_t ring_of_stream(Stream s);
-  const Layout& layout() const { return region_->layout(); }
-  Region& region() { return *region_; }
+  const Layout& layout() const;  // the region's: rings, staging window, pinned heap
 
  private:
-  struct Ring;
-  struct StreamState;
-  struct Bound;
-  struct EventState;
-  struct ThreadState;
-  struct SlotPool;
-  struct HostFuncs;
-
-  Client(std::unique_ptr<Region> region, ClientOptions options, uint64_t session);
-  inline ThreadState& thread();  // inline: the fast path of every call (client.cc)
-  ThreadState& thread_slow();  // thread() on this client's first call from this thread
-  Status check_async_error(ThreadState& t);
-  Status finish(ThreadState& t, Status own);  // record last error, surface async errors
-  Status finish_own(ThreadState& t, Status own);  // record last error; async errors stay pending
-  // finish() for a call that only enqueued: the errors present when it pushed its first entry.
-  Status finish_async(ThreadState& t);
-  inline bool bind(Stream s, Bound* out);
-  // Appends `e` of stream `stream` (with edges for its op's ordering role, after
-  // any edges `e` already carries) to ring `r`; caller holds r.mu.
-  uint64_t push_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call, EventState* ev);
-  // A launch's push_locked: its entry is written in its slot, not built and copied.
-  inline uint64_t push_launch_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const uint64_t (&arg)[6]);
-  inline void mark_errors(ThreadState& t);
-  using EdgeList = boost::container::small_vector<Edge, 16>;
-  uint64_t push_event_locked(ThreadState& t, Ring& g, uint32_t r, uint32_t stream, const Entry& call, EventState& ev,
-                             EdgeList& edges);  // edges: the call's own
-  uint64_t push_launch_edges_locked(ThreadState& t, Ring& g, uint32_t stream, const uint64_t (&arg)[6],
-                                    const EdgeList& edges);
-  uint64_t push_edges_locked(ThreadState& t, Ring& g, uint32_t stream, const Entry& call,
-                             const EdgeList& edges);
-  void write_entry(Ring& g, const Entry& e);
-  inline Entry* claim_slot(Ring& g);  // the slot at the ring's tail once it is free; nullptr: session lost
-  inline void commit_slot(Ring& g);   // the entry just published: tell the worker and other threads
-  inline void legacy_edges(Ring& g, uint32_t r, uint32_t stream, EdgeList* edges);
-  bool alloc_staging(ThreadState& t, Ring& g, uint32_t r, uint64_t size, uint64_t* offset);
-  bool try_alloc_staging(Ring& g, uint32_t r, uint64_t size, uint64_t* offset);  // size 16-aligned; no wait
-  uint64_t staging_chunk(uint64_t size) const;
-  void reclaim_staging(Ring& g, uint32_t r);
-  uint64_t push_fence_locked(ThreadState& t, Ring& g, uint32_t r);
-  Status wait_completed(uint32_t r, uint64_t pos);
-  void fence_target(ThreadState& t, uint32_t r, std::vector<std::pair<uint32_t, uint64_t>>* targets);
-  Status wait_targets(ThreadState& t, const std::vector<std::pair<uint32_t, uint64_t>>& targets);
-  // fence_target for the work of some of ring r's streams (a device's, or its
-  // blocking ones), destroyed ones included: Ring::Presence.
-  void presence_target(ThreadState& t, uint32_t r, uint32_t device, bool blocking_only,
-                       std::vector<std::pair<uint32_t, uint64_t>>* targets);
-  // What `device`'s legacy-stream work follows: its blocking streams' work.
-  void legacy_targets(ThreadState& t, uint32_t device, std::vector<std::pair<uint32_t, uint64_t>>* targets);
-  Status synchronize_all(ThreadState& t);  // every device's work (cudaFree)
-  uint32_t choose_ring_locked() const;     // for a new stream; caller holds rings_mu_
-  Status open_legacy(ThreadState& t, uint32_t device);  // device's legacy stream, on a ring of its own if one is free
-  Status peer_access(uint32_t peer, PeerCmd cmd);
-  void* heap_alloc(uint64_t size);  // from the pinned heap; null when full
-  void heap_free(void* p);
-  // Up to kPoolBlocks pinned-heap blocks of *chunk bytes each for a pageable
-  // copy of `size` (0: too small for the pool, or the heap is short: use the
-  // ring's window).
-  unsigned pool_blocks(uint64_t size, uint64_t* chunk, std::byte** blocks);
-  // Frees `block` once ring r completed `fence` (at once if it has).
-  void release_pool_block(uint32_t r, uint64_t fence, std::byte* block);
-  // Frees the blocks whose copies completed (waiting for them first if
-  // `wait`); true if any was freed.
-  bool reclaim_pool(bool wait);
-  Status call(Entry e, uint64_t* r0 = nullptr, uint64_t* r1 = nullptr, const std::string* payload = nullptr,
-              void* reply_payload = nullptr, size_t reply_size = 0);
-  Status wait_worker(const std::atomic<uint64_t>& word, uint64_t target);
-  bool worker_alive();
-  void notify_worker();
-  EventState* event_of(Event e);
-  Status stream_op(Stream s, Entry e, EventState* ev = nullptr);
-  Status release_stream(ThreadState& t, Stream s);
-  Status fetch_device_info(uint32_t device, DeviceInfo* out);  // the request alone: no last-error bookkeeping
-  void run_host_funcs();
-
-  std::unique_ptr<Region> region_;
-  const ClientOptions opt_;
-  WorkerBell bell_;
-  uint64_t session_;
-  uint32_t device_count_ = 1;  // the worker's word, checked at attach
-  std::vector<std::unique_ptr<Ring>> rings_;
-  std::unique_ptr<StreamState[]> streams_;  // kMaxStreams, by stream id
-  std::mutex rings_mu_;                     // stream creation and destruction
-  std::deque<uint32_t> free_streams_;       // guarded by rings_mu_; reused oldest first
-  std::shared_ptr<SlotPool> slots_;
-  uint32_t shared_slot_ = kNoSlot;  // async errors of threads without a permanent slot
-  std::mutex lease_mu_;
-  std::condition_variable lease_cv_;
-  std::vector<uint32_t> lease_free_;  // slots lent to those threads for one sync call
-  std::unique_ptr<std::atomic<EventState*>[]> events_;
-  std::mutex events_mu_;
-  struct Heap;
-  std::unique_ptr<Heap> heap_;
-  std::unique_ptr<HostFuncs> host_funcs_;
-  struct PoolBlock {
-    uint32_t ring;
-    uint64_t fence;
-    std::byte* block;
-  };
-  std::mutex pool_mu_;
-  std::vector<PoolBlock> pool_pending_;  // staging-pool blocks an unfinished H2D copy still reads
-  const uint64_t id_;
-  uint64_t guest_session_ = 0;
-  std::atomic<bool> lost_{false};  // the worker died or dropped this session
-  std::array<std::atomic<uint64_t>, kMaxDevices> smem_optin_;  // per device: the dynamic shared memory limit; 0 until needed
-  // Per device: the positions of each ring its legacy stream's work already
-  // follows (under the legacy stream's ring mu; allocated when it is opened).
-  std::array<std::vector<uint64_t>, kMaxDevices> legacy_covered_;
-  std::thread heartbeat_;
-  std::mutex beat_mu_;
-  std::condition_variable beat_cv_;
-  bool beat_stop_ = false;
+  friend guest::Core& guest::core_of(Client& c);
+  explicit Client(std::unique_ptr<guest::Core> core);
+  std::unique_ptr<guest::Core> core_;
 };
 
 }  // namespace ordo

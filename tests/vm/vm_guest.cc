@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "guest/testing.h"
 #include "ordo/client.h"
 #include "ordo/sim.h"
 #include "scenarios.h"
@@ -40,7 +41,7 @@ void report(const char* what, bool good, const std::string& detail) {
 // without detaching. The worker must reject it all, keep serving other VMs,
 // and reclaim this session when the heartbeat stops.
 int hostile(Client& c) {
-  Region& r = c.region();
+  Region& r = guest::region_of(c);
   const Layout& l = r.layout();
   std::mt19937_64 rng(42);
   std::vector<uint64_t> tails(l.ring_count);
@@ -81,8 +82,9 @@ int main(int argc, char** argv) {
     std::printf("ordo-vm: attach failed: %s\nordo-vm: RESULT FAIL\n", err.c_str());
     return 1;
   }
-  report("attach", true, c->region().path() + ", " + std::to_string(c->layout().region_size >> 20) + " MiB, " +
-                             std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - t0).count()) + " ms");
+  report("attach", true,
+         guest::region_of(*c).path() + ", " + std::to_string(c->layout().region_size >> 20) + " MiB, " +
+             std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - t0).count()) + " ms");
   if (mode == "--hostile") return hostile(*c);
 
   const int n = quick ? 5 : 30;

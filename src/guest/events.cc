@@ -1,0 +1,135 @@
+#include "guest/events.h"
+
+#include <cstring>
+
+namespace ordo::guest {
+
+namespace {
+Entry event_request(Op op, uint64_t a, uint64_t b = 0, uint64_t c = 0, uint64_t d = 0) {
+  Entry e{};
+  e.op = uint16_t(op);
+  e.arg[0] = a;
+  e.arg[1] = b;
+  e.arg[2] = c;
+  e.arg[3] = d;
+  return e;
+}
+}  // namespace
+
+EventTable::EventTable() : states_(new std::atomic<EventState*>[kMaxEvents]) {
+  for (uint32_t i = 0; i < kMaxEvents; ++i) states_[i].store(nullptr, std::memory_order_relaxed);
+}
+
+EventTable::~EventTable() {
+  for (uint32_t i = 0; i < kMaxEvents; ++i) delete states_[i].load();
+}
+
+EventState* EventTable::find(Event e) const {
+  const uint32_t idx = uint32_t(e.handle);
+  if (idx >= kMaxEvents) return nullptr;
+  EventState* ev = states_[idx].load(std::memory_order_acquire);
+  if (!ev || ev->handle != e.handle) return nullptr;
+  return ev;
+}
+
+EventState* EventTable::install(uint64_t handle, uint32_t device) {
+  const uint32_t idx = uint32_t(handle);
+  if (idx >= kMaxEvents) return nullptr;
+  std::lock_guard lock(mu_);
+  EventState* ev = states_[idx].load();
+  if (!ev) {
+    ev = new EventState();
+    states_[idx].store(ev, std::memory_order_release);
+  }
+  std::lock_guard el(ev->mu);
+  ev->reset(handle, device);
+  return ev;
+}
+
+void EventTable::forget(EventState& ev, Event e) {
+  // Another thread's event_create may already have been given this index
+  // (with a new generation) once the worker freed it: leave that one alone.
+  std::lock_guard lock(ev.mu);
+  if (ev.handle == e.handle) ev.handle = 0;
+}
+
+Status Events::create(Event* out, uint32_t flags) {
+  ThreadState& t = threads_.current();
+  if (!out) return threads_.finish_own(t, Status::kInvalidValue);
+  uint64_t h = 0;
+  Status s = threads_.call(event_request(Op::EventCreate, flags, t.device), &h);
+  if (!ok(s)) return threads_.finish_own(t, s);
+  if (!table_.install(h, t.device)) return threads_.finish_own(t, Status::kIllegalState);
+  out->handle = h;
+  return threads_.finish_own(t, Status::kSuccess);
+}
+
+Status Events::destroy(Event e) {
+  ThreadState& t = threads_.current();
+  EventState* ev = table_.find(e);
+  if (!ev) return threads_.finish(t, Status::kInvalidResourceHandle);
+  Entry req{};
+  {
+    // CUDA defers the destroy: the record and every wait already issued on
+    // the event keep their meaning. The worker answers at once and carries
+    // the destroy out once every wait on it was dispatched (EventTable), so
+    // nothing here waits for stream work, as cudaEventDestroy does not.
+    std::lock_guard lock(ev->mu);
+    req = event_request(Op::EventDestroy, e.handle, ev->number, ev->waits);
+  }
+  Status s = threads_.call(req);
+  if (ok(s)) EventTable::forget(*ev, e);  // stale handles fail find() from now on
+  return threads_.finish(t, s);
+}
+
+Status Events::record(Event e, Stream s) {
+  EventState* ev = table_.find(e);
+  if (!ev) return threads_.finish(threads_.current(), Status::kInvalidResourceHandle);
+  return streams_.stream_op(s, event_request(Op::EventRecord, e.handle), ev);
+}
+
+Status Events::stream_wait(Stream s, Event e) {
+  EventState* ev = table_.find(e);
+  if (!ev) return threads_.finish(threads_.current(), Status::kInvalidResourceHandle);
+  return streams_.stream_op(s, event_request(Op::StreamWaitEvent, e.handle), ev);
+}
+
+Status Events::about_record(Op op, Event e) {
+  ThreadState& t = threads_.current();
+  EventState* ev = table_.find(e);
+  if (!ev) return threads_.finish(t, Status::kInvalidResourceHandle);
+  Entry req;
+  {
+    std::lock_guard lock(ev->mu);
+    req = event_request(op, e.handle, ev->number);
+    edges_.follow_record(*ev, &req);
+  }
+  return threads_.finish(t, threads_.call(req));
+}
+
+Status Events::synchronize(Event e) { return about_record(Op::EventSynchronize, e); }
+Status Events::query(Event e) { return about_record(Op::EventQuery, e); }
+
+Status Events::elapsed(float* ms, Event start, Event end) {
+  ThreadState& t = threads_.current();
+  EventState* a = table_.find(start);
+  EventState* b = table_.find(end);
+  if (!ms) return threads_.finish(t, Status::kInvalidValue);
+  if (!a || !b) return threads_.finish(t, Status::kInvalidResourceHandle);
+  Entry req = event_request(Op::EventElapsed, start.handle, end.handle);
+  for (int k = 0; k < 2; ++k) {
+    EventState* ev = k ? b : a;
+    std::lock_guard lock(ev->mu);
+    req.arg[2 + k] = ev->number;
+    edges_.follow_record(*ev, &req);
+  }
+  uint64_t bits = 0;
+  Status s = threads_.call(req, &bits);
+  if (ok(s)) {
+    uint32_t b32 = uint32_t(bits);
+    std::memcpy(ms, &b32, sizeof(float));
+  }
+  return threads_.finish(t, s);
+}
+
+}  // namespace ordo::guest

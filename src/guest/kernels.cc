@@ -1,0 +1,99 @@
+#include "guest/kernels.h"
+
+#include <cstring>
+
+namespace ordo::guest {
+
+Status Kernels::lookup(uint32_t module, const std::string& name, uint32_t* kernel, bool* runnable) {
+  ThreadState& t = threads_.current();
+  if (!kernel || name.empty() || name.size() >= kSlotPayload) return threads_.finish_own(t, Status::kInvalidValue);
+  Entry e{};
+  e.op = uint16_t(Op::KernelLookup);
+  e.arg[0] = module;
+  uint64_t id = 0, cannot_run = 0;
+  Status s = threads_.call(e, &id, &cannot_run, &name);
+  if (ok(s)) *kernel = uint32_t(id);
+  if (ok(s) && runnable) *runnable = cannot_run == 0;
+  return threads_.finish_own(t, s);
+}
+
+Status Kernels::module_load(const void* image, uint64_t size, uint32_t* module) {
+  ThreadState& t = threads_.current();
+  if (!image || !module || size == 0) return threads_.finish_own(t, Status::kInvalidValue);
+  if (size > kMaxModuleImage) return threads_.finish_own(t, Status::kInvalidKernelImage);
+  // The image travels through the pinned heap: one request, however large.
+  void* staged = nullptr;
+  if (Status s = memory_.malloc_host(&staged, size); !ok(s)) return s;
+  std::memcpy(staged, image, size);
+  Entry e{};
+  e.op = uint16_t(Op::ModuleLoad);
+  e.arg[0] = heap_.offset(staged);
+  e.arg[1] = size;
+  uint64_t id = 0;
+  const Status s = threads_.call(e, &id);
+  heap_.free(staged);  // the worker copied it out before answering
+  if (ok(s)) *module = uint32_t(id);
+  return threads_.finish_own(t, s);
+}
+
+Status Kernels::module_unload(uint32_t module) {
+  ThreadState& t = threads_.current();
+  // Like cudaFree: no work issued before, on any device, may still use the module's kernels.
+  if (Status s = waits_.synchronize_all(t); !ok(s)) return s;
+  Entry e{};
+  e.op = uint16_t(Op::ModuleUnload);
+  e.arg[0] = module;
+  return threads_.finish(t, threads_.call(e));
+}
+
+Status Kernels::module_global(uint32_t module, const std::string& name, uint64_t size_hint, uint64_t* addr,
+                              uint64_t* size) {
+  ThreadState& t = threads_.current();
+  if (!addr || !size || name.empty() || name.size() >= kSlotPayload)
+    return threads_.finish_own(t, Status::kInvalidValue);
+  Entry e{};
+  e.op = uint16_t(Op::ModuleGlobal);
+  e.arg[0] = module;
+  e.arg[1] = size_hint;
+  e.arg[2] = t.device;
+  return threads_.finish_own(t, threads_.call(e, addr, size, &name));
+}
+
+Status Kernels::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
+                       uint32_t shared_mem) {
+  ThreadState& t = threads_.current();
+  Bound b;
+  if (!streams_.bind(s, &b)) return threads_.finish(t, Status::kInvalidResourceHandle);
+  Ring& g = *b.g;
+  // CUDA's launch limits on every device since compute capability 3.0: refused
+  // by the launch itself (cudaErrorInvalidConfiguration), not by a later sync.
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || threads > 1024 || block.z > 64 ||
+      grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+    return threads_.finish(t, Status::kInvalidConfiguration);
+  if (args_size && !args) return threads_.finish(t, Status::kInvalidValue);
+  // Every device allows 48 KiB; above that, what this device allows any kernel
+  // (a kernel's own opt-in limit is the driver's to check, at dispatch).
+  if (shared_mem > 48 * 1024) {
+    uint64_t limit = 0;  // not finish()ed by shared_mem_limit: once, here
+    if (Status st = devices_.shared_mem_limit(b.s.device, &limit); !ok(st)) return threads_.finish(t, st);
+    if (shared_mem > limit) return threads_.finish(t, Status::kInvalidValue);
+  }
+  std::lock_guard lock(g.mu);
+  uint64_t off = 0;
+  if (args_size) {
+    if (!staging_.alloc(t, g, args_size, &off)) return threads_.finish(t, Status::kInvalidValue);
+    std::memcpy(g.staging.at(off), args, args_size);
+  }
+  const uint64_t arg[6] = {kernel,
+                           grid.x | uint64_t{grid.y} << 32,
+                           grid.z | uint64_t{block.x} << 32,
+                           block.y | uint64_t{block.z} << 32,
+                           off,
+                           args_size | uint64_t{shared_mem} << 32};
+  const uint64_t pos = producer_.push_launch(t, g, b.s, arg);
+  if (args_size) staging_.release_after(t, g, pos);
+  return threads_.finish_async(t);
+}
+
+}  // namespace ordo::guest
