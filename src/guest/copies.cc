@@ -1,4 +1,5 @@
 #include "guest/copies.h"
+#include "transport/op_args.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,13 +8,7 @@ namespace ordo::guest {
 
 namespace {
 Entry copy_entry(MemKind dst_kind, MemKind src_kind, uint64_t dst, uint64_t src, uint64_t size) {
-  Entry e{};
-  e.op = uint16_t(Op::Memcpy);
-  e.flags = mem_flags(dst_kind, src_kind);
-  e.arg[0] = dst;
-  e.arg[1] = src;
-  e.arg[2] = size;
-  return e;
+  return make_entry<Op::Memcpy>({.dst = dst, .src = src, .size = size}, mem_flags(dst_kind, src_kind));
 }
 }  // namespace
 
@@ -184,12 +179,7 @@ Status Copies::peer_async(uint64_t dst, uint32_t dst_device, uint64_t src, uint3
 }
 
 Status Copies::memset_async(uint64_t dst, uint8_t value, uint64_t size, Stream s) {
-  Entry e{};
-  e.op = uint16_t(Op::Memset);
-  e.arg[0] = dst;
-  e.arg[1] = value;
-  e.arg[2] = size;
-  return streams_.stream_op(s, e);
+  return streams_.stream_op(s, make_entry<Op::Memset>({.dst = dst, .value = value, .size = size}));
 }
 
 // cudaMemcpy is legacy-stream work (ARCHITECTURE.md rule 4): it follows the

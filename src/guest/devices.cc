@@ -1,4 +1,5 @@
 #include "guest/devices.h"
+#include "transport/op_args.h"
 
 #include <algorithm>
 
@@ -6,12 +7,7 @@ namespace ordo::guest {
 
 namespace {
 Entry peer_request(uint32_t device, uint32_t peer, PeerCmd cmd) {
-  Entry e{};
-  e.op = uint16_t(Op::PeerAccess);
-  e.arg[0] = device;
-  e.arg[1] = peer;
-  e.arg[2] = uint64_t(cmd);
-  return e;
+  return make_entry<Op::PeerAccess>({.device = device, .peer = peer, .cmd = uint64_t(cmd)});
 }
 }  // namespace
 
@@ -52,9 +48,7 @@ Status Devices::peer_access(uint32_t peer, PeerCmd cmd) {
 
 Status Devices::fetch_device_info(uint32_t device, DeviceInfo* out) {
   if (device >= session_.device_count()) return Status::kInvalidDevice;
-  Entry e{};
-  e.op = uint16_t(Op::DeviceInfo);
-  e.arg[0] = device;
+  const Entry e = make_entry<Op::DeviceInfo>({.device = device});
   DeviceInfo info{};
   const Status s = threads_.call(e, nullptr, nullptr, nullptr, &info, sizeof info);
   if (ok(s)) {
@@ -74,10 +68,7 @@ Status Devices::device_attributes(uint32_t device, uint32_t first, int32_t* out)
   ThreadState& t = threads_.current();
   if (!out) return threads_.finish(t, Status::kInvalidValue);
   if (device >= session_.device_count()) return threads_.finish(t, Status::kInvalidDevice);
-  Entry e{};
-  e.op = uint16_t(Op::DeviceAttributes);
-  e.arg[0] = device;
-  e.arg[1] = first;
+  const Entry e = make_entry<Op::DeviceAttributes>({.device = device, .first = first});
   const Status s = threads_.call(e, nullptr, nullptr, nullptr, out, kDeviceAttributesPerCall * sizeof(int32_t));
   return threads_.finish(t, s);
 }

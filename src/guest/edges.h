@@ -18,6 +18,7 @@
 #include "ordo/client.h"
 #include "ordo/layout.h"
 #include "ordo/ops.h"
+#include "transport/op_args.h"
 
 namespace ordo::guest {
 
@@ -174,8 +175,16 @@ uint64_t Edges::order(uint32_t r, const StreamRef& s, const Entry& call, EventSt
   std::lock_guard lock(ev->mu);
   const bool record = static_cast<Op>(call.op) == Op::EventRecord;
   Entry e = call;
-  e.arg[1] = record ? ev->number + 1 : ev->number;
-  e.arg[2] = record ? ev->waits : 0;
+  if (record) {
+    auto a = decode<Op::EventRecord>(e.arg);
+    a.number = ev->number + 1;
+    a.replaced_waits = ev->waits;
+    encode(a, e.arg);
+  } else {
+    auto a = decode<Op::StreamWaitEvent>(e.arg);
+    a.number = ev->number;
+    encode(a, e.arg);
+  }
   if (ordered_) {
     legacy(r, s, &edges);
     if (!record && ev->recorded) edges.push_back(ev->record);

@@ -1,18 +1,15 @@
 #include "guest/events.h"
+#include "transport/op_args.h"
 
 #include <cstring>
 
 namespace ordo::guest {
 
 namespace {
-Entry event_request(Op op, uint64_t a, uint64_t b = 0, uint64_t c = 0, uint64_t d = 0) {
-  Entry e{};
-  e.op = uint16_t(op);
-  e.arg[0] = a;
-  e.arg[1] = b;
-  e.arg[2] = c;
-  e.arg[3] = d;
-  return e;
+// EventSynchronize or EventQuery: a request about the record the caller saw.
+Entry about(Op op, uint64_t event, uint64_t number) {
+  if (op == Op::EventQuery) return make_entry<Op::EventQuery>({.event = event, .number = number});
+  return make_entry<Op::EventSynchronize>({.event = event, .number = number});
 }
 }  // namespace
 
@@ -57,7 +54,7 @@ Status Events::create(Event* out, uint32_t flags) {
   ThreadState& t = threads_.current();
   if (!out) return threads_.finish_own(t, Status::kInvalidValue);
   uint64_t h = 0;
-  Status s = threads_.call(event_request(Op::EventCreate, flags, t.device), &h);
+  Status s = threads_.call(make_entry<Op::EventCreate>({.flags = flags, .device = t.device}), &h);
   if (!ok(s)) return threads_.finish_own(t, s);
   if (!table_.install(h, t.device)) return threads_.finish_own(t, Status::kIllegalState);
   out->handle = h;
@@ -75,7 +72,7 @@ Status Events::destroy(Event e) {
     // the destroy out once every wait on it was dispatched (EventTable), so
     // nothing here waits for stream work, as cudaEventDestroy does not.
     std::lock_guard lock(ev->mu);
-    req = event_request(Op::EventDestroy, e.handle, ev->number, ev->waits);
+    req = make_entry<Op::EventDestroy>({.event = e.handle, .number = ev->number, .waits = ev->waits});
   }
   Status s = threads_.call(req);
   if (ok(s)) EventTable::forget(*ev, e);  // stale handles fail find() from now on
@@ -85,13 +82,13 @@ Status Events::destroy(Event e) {
 Status Events::record(Event e, Stream s) {
   EventState* ev = table_.find(e);
   if (!ev) return threads_.finish(threads_.current(), Status::kInvalidResourceHandle);
-  return streams_.stream_op(s, event_request(Op::EventRecord, e.handle), ev);
+  return streams_.stream_op(s, make_entry<Op::EventRecord>({.event = e.handle, .number = 0, .replaced_waits = 0}), ev);
 }
 
 Status Events::stream_wait(Stream s, Event e) {
   EventState* ev = table_.find(e);
   if (!ev) return threads_.finish(threads_.current(), Status::kInvalidResourceHandle);
-  return streams_.stream_op(s, event_request(Op::StreamWaitEvent, e.handle), ev);
+  return streams_.stream_op(s, make_entry<Op::StreamWaitEvent>({.event = e.handle, .number = 0}), ev);
 }
 
 Status Events::about_record(Op op, Event e) {
@@ -101,7 +98,7 @@ Status Events::about_record(Op op, Event e) {
   Entry req;
   {
     std::lock_guard lock(ev->mu);
-    req = event_request(op, e.handle, ev->number);
+    req = about(op, e.handle, ev->number);
     edges_.follow_record(*ev, &req);
   }
   return threads_.finish(t, threads_.call(req));
@@ -116,13 +113,15 @@ Status Events::elapsed(float* ms, Event start, Event end) {
   EventState* b = table_.find(end);
   if (!ms) return threads_.finish(t, Status::kInvalidValue);
   if (!a || !b) return threads_.finish(t, Status::kInvalidResourceHandle);
-  Entry req = event_request(Op::EventElapsed, start.handle, end.handle);
+  Args<Op::EventElapsed> args{.start = start.handle, .end = end.handle, .start_number = 0, .end_number = 0};
+  Entry req = make_entry(args);
   for (int k = 0; k < 2; ++k) {
     EventState* ev = k ? b : a;
     std::lock_guard lock(ev->mu);
-    req.arg[2 + k] = ev->number;
+    (k ? args.end_number : args.start_number) = ev->number;
     edges_.follow_record(*ev, &req);
   }
+  encode(args, req.arg);
   uint64_t bits = 0;
   Status s = threads_.call(req, &bits);
   if (ok(s)) {

@@ -1,4 +1,5 @@
 #include "guest/host_functions.h"
+#include "transport/op_args.h"
 
 #include <immintrin.h>
 #include <time.h>
@@ -56,10 +57,8 @@ Status HostFunctions::host_func(Stream s, std::function<void()> fn) {
     pending_.push_back({slot, ticket, std::move(fn), verdict});
   }
   work_cv_.notify_one();
-  Entry e{};
-  e.op = uint16_t(Op::HostFunc);
-  e.arg[0] = uint64_t(reinterpret_cast<std::byte*>(&words_[slot]) - session_.region().heap());
-  e.arg[1] = ticket;
+  Entry e = make_entry<Op::HostFunc>(
+      {.words = uint64_t(reinterpret_cast<std::byte*>(&words_[slot]) - session_.region().heap()), .ticket = ticket});
   {
     std::lock_guard lock(b.g->mu);
     producer_.push(t, *b.g, b.s, e);

@@ -1,4 +1,5 @@
 #include "guest/kernels.h"
+#include "transport/op_args.h"
 
 #include <cstring>
 
@@ -7,9 +8,7 @@ namespace ordo::guest {
 Status Kernels::lookup(uint32_t module, const std::string& name, uint32_t* kernel, bool* runnable) {
   ThreadState& t = threads_.current();
   if (!kernel || name.empty() || name.size() >= kSlotPayload) return threads_.finish_own(t, Status::kInvalidValue);
-  Entry e{};
-  e.op = uint16_t(Op::KernelLookup);
-  e.arg[0] = module;
+  const Entry e = make_entry<Op::KernelLookup>({.module = module});
   uint64_t id = 0, cannot_run = 0;
   Status s = threads_.call(e, &id, &cannot_run, &name);
   if (ok(s)) *kernel = uint32_t(id);
@@ -25,10 +24,7 @@ Status Kernels::module_load(const void* image, uint64_t size, uint32_t* module) 
   void* staged = nullptr;
   if (Status s = memory_.malloc_host(&staged, size); !ok(s)) return s;
   std::memcpy(staged, image, size);
-  Entry e{};
-  e.op = uint16_t(Op::ModuleLoad);
-  e.arg[0] = heap_.offset(staged);
-  e.arg[1] = size;
+  const Entry e = make_entry<Op::ModuleLoad>({.image = heap_.offset(staged), .size = size});
   uint64_t id = 0;
   const Status s = threads_.call(e, &id);
   heap_.free(staged);  // the worker copied it out before answering
@@ -40,9 +36,7 @@ Status Kernels::module_unload(uint32_t module) {
   ThreadState& t = threads_.current();
   // Like cudaFree: no work issued before, on any device, may still use the module's kernels.
   if (Status s = waits_.synchronize_all(t); !ok(s)) return s;
-  Entry e{};
-  e.op = uint16_t(Op::ModuleUnload);
-  e.arg[0] = module;
+  const Entry e = make_entry<Op::ModuleUnload>({.module = module});
   return threads_.finish(t, threads_.call(e));
 }
 
@@ -51,11 +45,7 @@ Status Kernels::module_global(uint32_t module, const std::string& name, uint64_t
   ThreadState& t = threads_.current();
   if (!addr || !size || name.empty() || name.size() >= kSlotPayload)
     return threads_.finish_own(t, Status::kInvalidValue);
-  Entry e{};
-  e.op = uint16_t(Op::ModuleGlobal);
-  e.arg[0] = module;
-  e.arg[1] = size_hint;
-  e.arg[2] = t.device;
+  const Entry e = make_entry<Op::ModuleGlobal>({.module = module, .size = size_hint, .device = t.device});
   return threads_.finish_own(t, threads_.call(e, addr, size, &name));
 }
 
@@ -85,12 +75,14 @@ Status Kernels::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args,
     if (!staging_.alloc(t, g, args_size, &off)) return threads_.finish(t, Status::kInvalidValue);
     std::memcpy(g.staging.at(off), args, args_size);
   }
-  const uint64_t arg[6] = {kernel,
-                           grid.x | uint64_t{grid.y} << 32,
-                           grid.z | uint64_t{block.x} << 32,
-                           block.y | uint64_t{block.z} << 32,
-                           off,
-                           args_size | uint64_t{shared_mem} << 32};
+  Words arg{};
+  encode(Args<Op::Launch>{.kernel = kernel,
+                          .grid = grid,
+                          .block = block,
+                          .params = off,
+                          .params_size = uint32_t(args_size),
+                          .shared_mem = uint32_t(shared_mem)},
+         arg);
   const uint64_t pos = producer_.push_launch(t, g, b.s, arg);
   if (args_size) staging_.release_after(t, g, pos);
   return threads_.finish_async(t);

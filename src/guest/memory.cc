@@ -1,14 +1,12 @@
 #include "guest/memory.h"
+#include "transport/op_args.h"
 
 namespace ordo::guest {
 
 Status Memory::malloc(uint64_t* device_addr, uint64_t size) {
   ThreadState& t = threads_.current();
   if (!device_addr) return threads_.finish_own(t, Status::kInvalidValue);
-  Entry e{};
-  e.op = uint16_t(Op::Malloc);
-  e.arg[0] = size;
-  e.arg[1] = t.device;
+  const Entry e = make_entry<Op::Malloc>({.size = size, .device = t.device});
   return threads_.finish_own(t, threads_.call(e, device_addr));
 }
 
@@ -17,9 +15,7 @@ Status Memory::free(uint64_t device_addr) {
   // cudaFree synchronizes: nothing issued before, on any device (a peer's
   // kernels may use the memory), may still use it.
   if (Status s = waits_.synchronize_all(t); !ok(s)) return s;
-  Entry e{};
-  e.op = uint16_t(Op::Free);
-  e.arg[0] = device_addr;
+  const Entry e = make_entry<Op::Free>({.addr = device_addr});
   return threads_.finish(t, threads_.call(e));
 }
 

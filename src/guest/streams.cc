@@ -1,4 +1,5 @@
 #include "guest/streams.h"
+#include "transport/op_args.h"
 
 namespace ordo::guest {
 
@@ -66,10 +67,7 @@ Status Streams::open_legacy(ThreadState& t, uint32_t d) {
   // stream before its create below.
   st.open.store(true, std::memory_order_release);
   open_ring(r);
-  Entry e{};
-  e.op = uint16_t(Op::StreamCreate);
-  e.arg[0] = kStreamLegacy;
-  e.arg[2] = d;
+  Entry e = make_entry<Op::StreamCreate>({.flags = kStreamLegacy, .priority = 0, .device = d});
   Ring& g = producer_.ring(r);
   std::lock_guard rl(g.mu);
   producer_.push(t, g, StreamRef{d, d, false}, e);
@@ -84,11 +82,7 @@ Status Streams::create(Stream* out, uint64_t flags, int priority) {
   const bool blocking = !(flags & kStreamNonBlocking);
   const uint32_t d = t.device;
   uint32_t id, r = 0, generation;
-  Entry e{};
-  e.op = uint16_t(Op::StreamCreate);
-  e.arg[0] = flags;
-  e.arg[1] = uint64_t(int64_t(priority));
-  e.arg[2] = d;
+  Entry e = make_entry<Op::StreamCreate>({.flags = flags, .priority = priority, .device = d});
   {
     std::lock_guard lock(mu_);
     if (free_.empty() || placement_.size() < 2) return threads_.finish_own(t, Status::kMemoryAllocation);
@@ -176,9 +170,7 @@ Status Streams::synchronize(Stream s) {
   if (shared) {
     // A fence would also wait for the ring-mates' work: ask for this stream
     // alone, once everything it published so far was dispatched.
-    Entry req{};
-    req.op = uint16_t(Op::StreamSynchronize);
-    req.arg[0] = b.s.id;
+    Entry req = make_entry<Op::StreamSynchronize>({.stream = b.s.id});
     const uint64_t end = b.g->order->published.load(std::memory_order_acquire);
     if (end) req.edges[req.edge_count++] = {r, 0, end};
     const Status st = threads_.call(req);

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ordo/device_info.h"
+#include "ordo/layout.h"
 #include "ordo/ops.h"
 
 namespace ordo {
@@ -185,6 +186,16 @@ Args<op> decode(const Words& w) {
     }, a.fields());
     return a;
   }
+}
+
+// A call of `op` carrying `a`: how the guest builds every entry and request.
+template <Op op>
+Entry make_entry(const Args<op>& a, uint16_t flags = 0) {
+  Entry e{};
+  e.op = uint16_t(op);
+  e.flags = flags;
+  encode(a, e.arg);
+  return e;
 }
 
 namespace detail {
