@@ -12,13 +12,12 @@
 #include <string_view>
 
 #include "ordo/device_info.h"
-#include "ordo/doorbell.h"
-#include "ordo/layout.h"
-#include "ordo/ops.h"
-#include "ordo/region.h"
+#include "ordo/limits.h"
 #include "ordo/status.h"
 
 namespace ordo {
+
+struct Layout;  // ordo/layout.h: the region's, for tools and tests that look inside
 
 // A stream id (< kMaxStreams) with the generation that catches use after destroy.
 // Streams share rings when they outnumber them (ARCHITECTURE.md, "Streams and rings").

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ordo/limits.h"
+
 namespace ordo {
 
 inline constexpr size_t kCacheLine = 64;
@@ -28,29 +30,7 @@ inline constexpr uint32_t kMaxRings = 256;
 inline constexpr uint32_t kMaxSlots = 256;
 inline constexpr uint32_t kMaxEdges = 4;
 inline constexpr uint32_t kLegacyRing = 0;  // the legacy default stream, open from the start
-// Streams are not rings: a guest session names up to kMaxStreams streams, and
-// when they outnumber the rings, several share one (ARCHITECTURE.md, "Streams
-// and rings"). Stream 0 is the legacy default stream, always on ring 0.
-inline constexpr uint32_t kMaxStreams = 65536;
-inline constexpr uint32_t kLegacyStreamId = 0;
-// A session sees up to kMaxDevices devices (RegionHeader::device_count). Stream
-// ids below kMaxDevices are the devices' legacy default streams: device d's is
-// stream d. Device 0's is open from the start on ring 0; the guest opens
-// another device's (StreamCreate with kStreamLegacy) when a thread first uses it.
-inline constexpr uint32_t kMaxDevices = 32;
 inline constexpr uint32_t kNoSlot = 0xffffffffu;
-// Events a guest session holds at once: an event handle's low 32 bits index
-// them, its high 32 bits are a generation that makes a stale handle fail.
-inline constexpr uint32_t kMaxEvents = 65536;
-
-// The largest module image (ModuleLoad) the worker copies out, and how many
-// modules one guest session may hold.
-inline constexpr uint64_t kMaxModuleImage = uint64_t{256} << 20;
-inline constexpr uint32_t kMaxModules = 4096;
-
-// Stream flags (StreamCreate arg0).
-inline constexpr uint64_t kStreamNonBlocking = 1;
-inline constexpr uint64_t kStreamLegacy = 2;  // the device's legacy default stream: its id is the device
 
 // PeerAccess arg2.
 enum class PeerCmd : uint8_t { kQuery = 0, kEnable = 1, kDisable = 2 };

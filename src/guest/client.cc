@@ -7,6 +7,8 @@
 
 #include "guest/core.h"
 #include "guest/testing.h"
+#include "ordo/layout.h"
+
 
 namespace ordo {
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ordo/client.h"
+#include "ordo/layout.h"
 #include "ordo/sim.h"
 #include "ordo/status.h"
 

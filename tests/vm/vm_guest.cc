@@ -19,6 +19,7 @@
 
 #include "guest/testing.h"
 #include "ordo/client.h"
+#include "ordo/ops.h"
 #include "ordo/sim.h"
 #include "scenarios.h"
 #include "transport/reply_slot.h"

@@ -19,6 +19,7 @@
 
 #include "address_ranges.h"
 #include "ordo/client.h"
+#include "ordo/layout.h"
 #include "stream_handle.h"
 
 namespace ordo::driver {

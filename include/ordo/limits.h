@@ -1,0 +1,32 @@
+// The limits and flags a guest program sees through ordo::Client, defined
+// once here for both the public API (client.h) and the protocol (layout.h).
+#pragma once
+
+#include <cstdint>
+
+namespace ordo {
+
+// Streams are not rings: a guest session names up to kMaxStreams streams, and
+// when they outnumber the rings, several share one (ARCHITECTURE.md, "Streams
+// and rings"). Stream 0 is the legacy default stream, always on ring 0.
+inline constexpr uint32_t kMaxStreams = 65536;
+inline constexpr uint32_t kLegacyStreamId = 0;
+// A session sees up to kMaxDevices devices (RegionHeader::device_count). Stream
+// ids below kMaxDevices are the devices' legacy default streams: device d's is
+// stream d. Device 0's is open from the start on ring 0; the guest opens
+// another device's (StreamCreate with kStreamLegacy) when a thread first uses it.
+inline constexpr uint32_t kMaxDevices = 32;
+// Events a guest session holds at once: an event handle's low 32 bits index
+// them, its high 32 bits are a generation that makes a stale handle fail.
+inline constexpr uint32_t kMaxEvents = 65536;
+
+// The largest module image (ModuleLoad) the worker copies out, and how many
+// modules one guest session may hold.
+inline constexpr uint64_t kMaxModuleImage = uint64_t{256} << 20;
+inline constexpr uint32_t kMaxModules = 4096;
+
+// Stream flags (StreamCreate arg0).
+inline constexpr uint64_t kStreamNonBlocking = 1;
+inline constexpr uint64_t kStreamLegacy = 2;  // the device's legacy default stream: its id is the device
+
+}  // namespace ordo
