@@ -88,6 +88,22 @@ bool vector_add(ordo::Client& c) {
   return bad == 0;
 }
 
+// After the race of (2): OUT must hold the old X, and X the new data.
+bool ordering_verdict(const std::vector<uint32_t>& out, const std::vector<uint32_t>& x_now,
+                      const std::vector<uint32_t>& old_x, const std::vector<uint32_t>& new_x, std::string* detail) {
+  const bool out_old = out == old_x;
+  if (out_old && x_now == new_x) {
+    *detail = "OUT holds the old X";
+    return true;
+  }
+  if (out == new_x) {
+    *detail = "OUT holds the NEW X: the copy on S2 overtook the kernel on S (ordering violated)";
+  } else {
+    *detail = out_old ? "OUT is right but X does not hold the new data" : "OUT holds neither the old nor the new X";
+  }
+  return false;
+}
+
 // (2) Cross-thread ordering. Thread A launches a slow kernel on S that reads X
 // late (after 20 ms) and returns at once. Thread B, after A has returned, records
 // an event on S, makes S2 wait for it and overwrites X from S2. The event edge
@@ -154,18 +170,10 @@ bool ordering(ordo::Client& c) {
   CHECK(c.memcpy_d2h(out.data(), dout, bytes));
   std::vector<uint32_t> x_now(count, 0);
   CHECK(c.memcpy_d2h(x_now.data(), x, bytes));
-  const bool out_old = out == old_x;
-  const bool x_new = x_now == new_x;
-  const bool pass = out_old && x_new;
   std::string detail;
-  if (pass) {
-    detail = fmt("OUT holds the old X: launch returned in %.0f us, S2's copy waited %.1f ms for the event",
-                 a_launch_us, b_done_ms);
-  } else if (out == new_x) {
-    detail = "OUT holds the NEW X: the copy on S2 overtook the kernel on S (ordering violated)";
-  } else {
-    detail = out_old ? "OUT is right but X does not hold the new data" : "OUT holds neither the old nor the new X";
-  }
+  const bool pass = ordering_verdict(out, x_now, old_x, new_x, &detail);
+  if (pass)
+    detail += fmt(": launch returned in %.0f us, S2's copy waited %.1f ms for the event", a_launch_us, b_done_ms);
   report(pass, "cross-thread event ordering", ms_since(t0), detail);
   CHECK(c.event_destroy(ev));
   CHECK(c.stream_destroy(s));
