@@ -34,21 +34,10 @@ constexpr size_t kOpCount = static_cast<size_t>(Op::kCount);
 
 constexpr const OpInfo& info(Op op) { return kOps[static_cast<size_t>(op)]; }
 
-// The case labels of every op of one path, for a switch over ops that names
-// each op (no `default:`, so that a new op fails to compile until every such
-// switch handles it):
-//   #define ORDO_OP(name, path, order, args) ORDO_CASE_IF(Slot, path, name)
-//   #include "ordo/ops.def"
-//   #undef ORDO_OP
-//     return Status::kNotSupported;  // every sync op: not on a ring
-#define ORDO_CASE_IF(want, path, name) ORDO_CASE_IF_##want##_##path(name)
-#define ORDO_CASE_IF_Ring_Ring(name) case ::ordo::Op::name:
-#define ORDO_CASE_IF_Ring_Slot(name)
-#define ORDO_CASE_IF_Slot_Ring(name)
-#define ORDO_CASE_IF_Slot_Slot(name) case ::ordo::Op::name:
-
-// The tokens only for ops of one path, for code generated per op:
-//   #define ORDO_OP(name, path, order, args) ORDO_IF(Ring, path, Status op_##name(const RingCall&);)
+// The tokens only for ops of one path, for code generated per op: a switch
+// over ops that names each op (no `default:`, so that a new op fails to build
+// until every such switch handles it), or a declaration per op:
+//   #define ORDO_OP(name, path, order, args) case Op::name: ORDO_IF(Ring, path, return op_##name(c);) ORDO_IF(Slot, path, break;)
 #define ORDO_IF(want, path, ...) ORDO_IF_##want##_##path(__VA_ARGS__)
 #define ORDO_IF_Ring_Ring(...) __VA_ARGS__
 #define ORDO_IF_Ring_Slot(...)
