@@ -299,6 +299,31 @@ TEST(ModuleImage, ElfWalkReadsTheSectionTable) {
   EXPECT_EQ(r.section(4).type, 0u) << "past the table: an empty section";
 }
 
+// libcuda sizes a bare ELF pointer from its headers: the section table here is
+// last, and the NOBITS section past it does not count.
+TEST(ModuleImage, ElfExtentIsWhereTheFurthestTableOrSectionEnds) {
+  Elf e = elf();
+  EXPECT_EQ(elf_extent(e.img.data()), e.img.size());
+  // A section placed after the table extends the image; so do program headers.
+  Bytes& b = e.img;
+  put<uint64_t>(b, e.section(2) + 24, b.size() + 100);
+  EXPECT_EQ(elf_extent(b.data()), b.size() + 108);
+  put<uint64_t>(b, 0x20, b.size() + 500);  // e_phoff
+  put<uint16_t>(b, 0x36, 56);              // e_phentsize
+  put<uint16_t>(b, 0x38, 2);               // e_phnum
+  EXPECT_EQ(elf_extent(b.data()), b.size() + 500 + 112);
+  // No ELF64 with 64-byte section headers: no size.
+  Bytes other = b;
+  put<uint16_t>(other, 0x3a, 40);
+  EXPECT_EQ(elf_extent(other.data()), 0u);
+  other = b;
+  other[4] = std::byte{1};
+  EXPECT_EQ(elf_extent(other.data()), 0u);
+  other = b;
+  put<uint64_t>(other, 0x28, ~uint64_t{0} - 10);  // a table that wraps around
+  EXPECT_EQ(elf_extent(other.data()), 0u);
+}
+
 TEST(ModuleImage, MalformedElfsAreRefusedWithTheBackendsTexts) {
   const Elf good = elf();
   Bytes img = good.img;
@@ -466,6 +491,11 @@ TEST(ModuleImage, NvccCubinsStandAlone) {
     EXPECT_EQ(validate(cubin), "ok");
     const ElfReader elf(cubin);
     ASSERT_TRUE(elf.is_elf64());
+    // What libcuda sends of a bare cubin pointer: all of it but the entry's padding.
+    const uint64_t extent = elf_extent(cubin.data());
+    EXPECT_LE(extent, cubin.size());
+    EXPECT_GT(extent, cubin.size() - 64);
+    EXPECT_EQ(validate(Bytes(cubin.begin(), cubin.begin() + ptrdiff_t(extent))), "ok");
     EXPECT_EQ(elf.header().data, kElfLittleEndian);
     // Cut inside the section table: refused (by the program headers first where they follow it).
     const Bytes cut(cubin.begin(), cubin.begin() + ptrdiff_t(elf.header().shoff + 1));

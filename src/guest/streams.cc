@@ -16,8 +16,7 @@ Streams::Streams(Session& session, Threads& threads, Edges& edges, RingProducer&
   edges.stream_opened(kLegacyRing, 0, false);
   edges.legacy_opened(0, kLegacyRing);
   table_[kLegacyStreamId].ring.store(kLegacyRing);
-  table_[kLegacyStreamId].open.store(true);
-  for (uint32_t id = kMaxDevices; id < kMaxStreams; ++id) free_.push_back(id);
+  ids_.open(kLegacyStreamId);
 }
 
 Status Streams::stream_op(Stream s, const Entry& e, EventState* ev) {
@@ -55,7 +54,7 @@ void Streams::open_ring(uint32_t r) {
 Status Streams::open_legacy(ThreadState& t, uint32_t d) {
   std::lock_guard lock(mu_);
   StreamState& st = table_[d];
-  if (st.open.load(std::memory_order_relaxed)) return Status::kSuccess;
+  if (ids_.live(d)) return Status::kSuccess;
   const uint32_t r = choose_ring_locked();
   ++placement_[r].live;
   edges_.stream_opened(r, d, false);
@@ -65,7 +64,7 @@ Status Streams::open_legacy(ThreadState& t, uint32_t d) {
   // Opened under mu_: a thread reaches device d's legacy stream only after
   // its own set_device(d), which waits here, so nothing is pushed on the
   // stream before its create below.
-  st.open.store(true, std::memory_order_release);
+  ids_.open(d);
   open_ring(r);
   Entry e = make_entry<Op::StreamCreate>({.flags = kStreamLegacy, .priority = 0, .device = d});
   Ring& g = producer_.ring(r);
@@ -81,23 +80,23 @@ Status Streams::create(Stream* out, uint64_t flags, int priority) {
   if (const Status f = session_.sticky_error(); !ok(f)) return threads_.finish_own(t, f);
   const bool blocking = !(flags & kStreamNonBlocking);
   const uint32_t d = t.device;
-  uint32_t id, r = 0, generation;
+  uint32_t id = 0, r = 0, generation = 0;
   Entry e = make_entry<Op::StreamCreate>({.flags = flags, .priority = priority, .device = d});
   {
     std::lock_guard lock(mu_);
-    if (free_.empty() || placement_.size() < 2) return threads_.finish_own(t, Status::kMemoryAllocation);
+    if (ids_.full() || placement_.size() < 2) return threads_.finish_own(t, Status::kMemoryAllocation);
     r = choose_ring_locked();
-    id = free_.front();
-    free_.pop_front();
-    StreamState& st = table_[id];
-    ++placement_[r].live;
-    edges_.stream_opened(r, d, blocking);
-    edges_.recreate(id, r, &e);
-    st.ring.store(r, std::memory_order_relaxed);
-    st.device.store(d, std::memory_order_relaxed);
-    st.blocking.store(blocking, std::memory_order_relaxed);
-    generation = st.generation.fetch_add(1, std::memory_order_relaxed) + 1;
-    st.open.store(true, std::memory_order_release);
+    uint64_t handle = 0;
+    ids_.acquire(&id, &handle, [&](uint32_t i) {
+      StreamState& st = table_[i];
+      ++placement_[r].live;
+      edges_.stream_opened(r, d, blocking);
+      edges_.recreate(i, r, &e);
+      st.ring.store(r, std::memory_order_relaxed);
+      st.device.store(d, std::memory_order_relaxed);
+      st.blocking.store(blocking, std::memory_order_relaxed);
+    });
+    generation = ids_.generation_of(handle);
   }
   open_ring(r);
   Ring& g = producer_.ring(r);
@@ -114,8 +113,7 @@ Status Streams::release(ThreadState& t, Stream s) {
   const uint32_t id = s.id;
   StreamState& st = table_[id];
   // Checked again under the lock: two destroys of one handle release it once.
-  if (!st.open.load(std::memory_order_relaxed) || st.generation.load(std::memory_order_relaxed) != s.generation)
-    return Status::kInvalidResourceHandle;
+  if (!ids_.find(id, s.generation)) return Status::kInvalidResourceHandle;
   const uint32_t r = st.ring.load(std::memory_order_relaxed);
   Ring& g = producer_.ring(r);
   std::lock_guard rl(g.mu);
@@ -128,9 +126,8 @@ Status Streams::release(ThreadState& t, Stream s) {
   Entry e{};
   e.op = uint16_t(Op::StreamDestroy);
   edges_.destroyed(id, r, producer_.push(t, g, ref, e));
-  st.open.store(false, std::memory_order_release);
+  ids_.release(id);
   --placement_[r].live;
-  free_.push_back(id);
   return Status::kSuccess;
 }
 

@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -17,13 +16,13 @@
 #include "guest/threads.h"
 #include "guest/waits.h"
 #include "ordo/client.h"
+#include "transport/handle_table.h"
 
 namespace ordo::guest {
 
-// One stream id. `ring`, `device` and `blocking` are fixed while the stream is open.
+// One stream id. `ring`, `device` and `blocking` are fixed while the stream is
+// open (whether it is, and its generation: Streams::ids_).
 struct StreamState {
-  std::atomic<bool> open{false};
-  std::atomic<uint32_t> generation{0};
   std::atomic<uint32_t> ring{kNoRing};
   std::atomic<uint32_t> device{0};
   std::atomic<bool> blocking{false};
@@ -75,7 +74,9 @@ class Streams {
   Waits& waits_;
   std::unique_ptr<StreamState[]> table_;  // kMaxStreams, by stream id
   std::mutex mu_;                         // stream creation and destruction
-  std::deque<uint32_t> free_;             // guarded by mu_; reused oldest first
+  // Which ids are open, and their generations; looked up without mu_, changed
+  // under it. Ids below kMaxDevices are the devices' legacy streams.
+  HandleTable<32> ids_{kMaxStreams, kMaxDevices, /*eager=*/true};
   std::vector<Placement> placement_;      // by ring
 };
 
@@ -86,10 +87,8 @@ class Streams {
   } else if (id < kMaxDevices || id >= kMaxStreams) {
     return false;  // another device's legacy stream is never named by its id
   }
+  if (id < kMaxDevices ? !ids_.live(id) : !ids_.find(id, s.generation)) return false;
   StreamState& st = table_[id];
-  if (!st.open.load(std::memory_order_acquire) ||
-      (id >= kMaxDevices && st.generation.load(std::memory_order_relaxed) != s.generation))
-    return false;
   out->g = &producer_.ring(st.ring.load(std::memory_order_relaxed));
   out->s = {id, st.device.load(std::memory_order_relaxed), st.blocking.load(std::memory_order_relaxed)};
   return true;

@@ -1,5 +1,6 @@
 #include "transport/module_image.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ordo::image {
@@ -212,6 +213,22 @@ ElfError ElfReader::check() const {
     if (s.type != kShtNobits && !s.inside) return ElfError::kSectionRunsPast;
   }
   return ElfError::kNone;
+}
+
+uint64_t elf_extent(const std::byte* p) {
+  const ElfReader head({p, kElfHeaderSize});
+  const ElfHeader& h = head.header();
+  if (!head.is_elf64() || h.shentsize != kElfSectionHeaderSize) return 0;
+  const uint64_t table_end = h.shoff + uint64_t{h.shnum} * h.shentsize;
+  const uint64_t program_end = h.phoff + uint64_t{h.phnum} * h.phentsize;
+  if (table_end < h.shoff || program_end < h.phoff) return 0;  // wrapped: no real image says that
+  uint64_t end = std::max({kElfHeaderSize, table_end, program_end});
+  const ElfReader whole({p, table_end});
+  for (uint16_t i = 0; i < whole.section_count(); ++i) {
+    const ElfSection s = whole.section(i);
+    if (s.type != kShtNobits) end = std::max(end, s.offset + s.size);
+  }
+  return end;
 }
 
 // ---------------------------------------------------------------- validation

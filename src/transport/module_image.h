@@ -194,6 +194,14 @@ class ElfReader {
   bool elf64_ = false;
 };
 
+// The size of a 64-bit ELF whose extent nobody states (cuModuleLoadData's bare
+// pointer into the program's own memory, which the driver sizes the same way):
+// the end of its furthest header table or section, read from the header and
+// then from the section table it names. 0 when `p` is no ELF64 image with
+// 64-byte section headers. Only for memory the caller trusts: it reads where
+// the headers point.
+uint64_t elf_extent(const std::byte* p);
+
 // ---------------------------------------------------------------- validation
 
 // Whether `image` may go to cuModuleLoadData, which takes a bare pointer and

@@ -12,37 +12,27 @@ EventTable::EventTable(Backend& backend, bool versioned, uint64_t in_flight)
 
 Status EventTable::create(uint32_t device, uint32_t flags, uint64_t* handle) {
   uint32_t idx;
-  if (!free_.empty()) {
-    idx = free_.back();
-    free_.pop_back();
-  } else if (events_.size() < kMaxEvents) {
-    idx = uint32_t(events_.size());
-    events_.emplace_back();
-  } else {
-    return Status::kMemoryAllocation;
-  }
+  uint64_t h;
+  if (!ids_.acquire(&idx, &h)) return Status::kMemoryAllocation;
+  if (idx >= events_.size()) events_.resize(idx + 1);
   // An event's first backend event has the event's index as its id.
   if (Status st = backend_.event_create(idx, device, flags); !ok(st)) {
-    free_.push_back(idx);
+    ids_.release(idx);
     return st;
   }
   Event& ev = events_[idx];
-  ev.live = true;
   ev.destroying = false;
   ev.device = uint8_t(device);
   ev.flags = flags;
   ev.records.assign(1, Record{0, idx});
   ++records_;
   ev.spare.clear();
-  *handle = uint64_t{ev.generation} << kGenShift | idx;
+  *handle = h;
   return Status::kSuccess;
 }
 
 const EventTable::Event* EventTable::live(uint64_t handle, uint32_t* idx) const {
-  const uint32_t i = uint32_t(handle);
-  if (i >= events_.size() || !events_[i].live || events_[i].generation != uint32_t(handle >> kGenShift)) return nullptr;
-  *idx = i;
-  return &events_[i];
+  return ids_.find(handle, idx) ? &events_[*idx] : nullptr;
 }
 
 Status EventTable::find(uint64_t handle, uint32_t* idx) const {
@@ -169,7 +159,7 @@ void EventTable::waited(uint32_t idx, uint64_t number) {
 
 void EventTable::settle(uint32_t idx) {
   Event& ev = events_[idx];
-  if (!ev.live) return;
+  if (!ids_.live(idx)) return;
   if (versioned_) collect(ev);
   if (!ev.destroying) return;
   // Once its last record was dispatched, every earlier one not yet dispatched is kept (closed by its successor).
@@ -182,10 +172,8 @@ void EventTable::settle(uint32_t idx) {
   records_ -= ev.records.size();
   ev.records.clear();
   ev.spare.clear();
-  ev.live = false;
   ev.destroying = false;
-  ++ev.generation;
-  free_.push_back(idx);
+  ids_.release(idx);
 }
 
 uint32_t EventTable::backend_of(uint32_t idx, uint64_t number) const {
@@ -210,14 +198,15 @@ Status EventTable::destroy(uint64_t handle, uint64_t number, uint64_t waits) {
 }
 
 void EventTable::reset() {
-  for (Event& ev : events_) {
-    if (!ev.live) continue;
+  for (uint32_t i = 0; i < events_.size(); ++i) {
+    if (!ids_.live(i)) continue;
+    const Event& ev = events_[i];
     for (const Record& r : ev.records)
       if (r.backend != kNone) backend_.event_destroy(r.backend);
     for (uint32_t b : ev.spare) backend_.event_destroy(b);
   }
   events_.clear();
-  free_.clear();
+  ids_.reset();  // generations carry on: the last session's handles stay stale
   free_extra_.clear();
   extra_made_ = 0;
   records_ = 0;

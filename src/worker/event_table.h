@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "transport/handle_table.h"
 #include "ordo/status.h"
 
 namespace ordo {
@@ -68,7 +69,6 @@ class EventTable {
 
  private:
   static constexpr uint32_t kNone = 0xffffffffu;
-  static constexpr uint64_t kGenShift = 32;
   struct Record {
     uint64_t number;
     uint32_t backend = kNone;  // its EventRecord was dispatched (record 0: from the create)
@@ -78,8 +78,6 @@ class EventTable {
     bool done() const { return backend != kNone && closed && waited >= expected; }
   };
   struct Event {
-    uint32_t generation = 1;
-    bool live = false;
     bool destroying = false;
     uint8_t device = 0;
     uint32_t flags = 0;
@@ -100,8 +98,8 @@ class EventTable {
 
   Backend& backend_;
   const bool versioned_;
-  std::vector<Event> events_;
-  std::vector<uint32_t> free_;
+  HandleTable<32> ids_{kMaxEvents};  // handles: generation << 32 | index
+  std::vector<Event> events_;       // by index
   std::vector<uint32_t> free_extra_;
   uint32_t extra_made_ = 0;  // ids kMaxEvents .. kMaxEvents + extra_made_ - 1 were handed out once
   uint64_t records_ = 0;     // kept, over all events

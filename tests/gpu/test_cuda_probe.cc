@@ -287,39 +287,7 @@ TEST(ModuleImage, OnlyPtxTextPassesAsText) {
   EXPECT_FALSE(cuda::check_module_image(elf32, &why));
 }
 
-// ---------------------------------------------------------------- kernel ids
-
-TEST(KernelIds, ReleasedSlotsAreReusedAndOldIdsStopResolving) {
-  cuda::KernelIds ids(2);
-  uint32_t a = 0, b = 0, c = 0, slot = 0;
-  ASSERT_TRUE(ids.acquire(&a));
-  ASSERT_TRUE(ids.acquire(&b));
-  EXPECT_NE(a, b);
-  EXPECT_TRUE(ids.full());
-  EXPECT_FALSE(ids.acquire(&c));
-  ids.release(a);
-  EXPECT_FALSE(ids.find(a, &slot));  // the slot is free
-  ASSERT_TRUE(ids.acquire(&c));      // a long-running worker does not run out
-  EXPECT_NE(c, a);
-  EXPECT_FALSE(ids.find(a, &slot));  // reused: the stale id still does not resolve
-  ASSERT_TRUE(ids.find(c, &slot));
-  EXPECT_EQ(slot, a & (cuda::KernelIds::kMaxSlots - 1));
-  ids.release(a);  // stale: ignored
-  EXPECT_TRUE(ids.find(c, &slot));
-  EXPECT_FALSE(ids.find(0xffffffffu, &slot));
-}
-
-TEST(KernelIds, ManyLoadUnloadCyclesNeverExhaustTheIds) {
-  cuda::KernelIds ids(4);
-  uint32_t slot = 0;
-  for (int round = 0; round < 10000; ++round) {
-    uint32_t got[4];
-    for (uint32_t& id : got) ASSERT_TRUE(ids.acquire(&id)) << round;
-    for (uint32_t id : got) ASSERT_TRUE(ids.find(id, &slot));
-    for (uint32_t id : got) ids.release(id);
-    for (uint32_t id : got) EXPECT_FALSE(ids.find(id, &slot));
-  }
-}
+// Kernel ids are a HandleTable: tests/test_handle_table.cc.
 
 }  // namespace
 }  // namespace ordo::test

@@ -56,36 +56,6 @@ Function* function_of(const void* h) {
 
 namespace {
 
-struct ElfHeader {
-  uint8_t ident[16];
-  uint16_t type, machine;
-  uint32_t version;
-  uint64_t entry, phoff, shoff;
-  uint32_t flags;
-  uint16_t ehsize, phentsize, phnum, shentsize, shnum, shstrndx;
-};
-struct ElfSection {
-  uint32_t name, type;
-  uint64_t flags, addr, offset, size;
-  uint32_t link, info;
-  uint64_t addralign, entsize;
-};
-
-// Size of a 64-bit ELF image from its headers: the end of the furthest table or section.
-uint64_t elf_size(const std::byte* p) {
-  ElfHeader h;
-  std::memcpy(&h, p, sizeof h);
-  if (h.ident[4] != image::kElfClass64 || h.shentsize != sizeof(ElfSection)) return 0;
-  uint64_t end = std::max<uint64_t>(sizeof h, h.shoff + uint64_t{h.shnum} * h.shentsize);
-  end = std::max<uint64_t>(end, h.phoff + uint64_t{h.phnum} * h.phentsize);
-  for (uint16_t i = 0; i < h.shnum; ++i) {
-    ElfSection s;
-    std::memcpy(&s, p + h.shoff + uint64_t{i} * sizeof s, sizeof s);
-    if (s.type != image::kShtNobits) end = std::max(end, s.offset + s.size);
-  }
-  return end;
-}
-
 // What an image pointer points at: an nvcc fatbinC wrapper, a fatbin, an ELF
 // cubin or PTX text. Returns the image proper and its size.
 CUresult size_image(const void* image, const std::byte** data, uint64_t* size, image::Format* kind) {
@@ -107,7 +77,7 @@ CUresult size_image(const void* image, const std::byte** data, uint64_t* size, i
     *size = fatbin_size(image);
   } else if (magic == image::kElfMagic) {
     *kind = image::Format::kElf;
-    *size = elf_size(*data);
+    *size = image::elf_extent(*data);
   } else {
     *kind = image::Format::kPtx;  // NUL-terminated
     *size = std::strlen(static_cast<const char*>(image)) + 1;

@@ -305,7 +305,7 @@ class CudaBackend final : public Backend {
   std::vector<StreamEntry> streams_ = std::vector<StreamEntry>(kMaxStreams);
   std::unordered_map<uint32_t, EventEntry> events_;      // guarded by mu_
   std::unordered_map<uint32_t, Module> modules_;         // guarded by mu_; 0 = built-in kernels
-  KernelIds kernel_slots_;                               // guarded by mu_
+  KernelIds kernel_slots_{KernelIds::kMaxCapacity};      // guarded by mu_
   std::vector<Kernel> kernels_;                          // guarded by mu_; index = kernel_slots_ slot
   std::map<std::pair<uint32_t, std::string>, uint32_t> kernel_ids_;  // guarded by mu_; (module, name) -> id
   std::map<uint64_t, Alloc> allocs_;                     // guarded by mu_; by device address

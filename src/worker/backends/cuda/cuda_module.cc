@@ -57,8 +57,9 @@ Status CudaBackend::module_unload(uint32_t module) {
   auto first = kernel_ids_.lower_bound({module, std::string()}), last = first;
   for (; last != kernel_ids_.end() && last->first.first == module; ++last) {
     uint32_t slot = 0;
-    if (kernel_slots_.find(last->second, &slot)) kernels_[slot] = Kernel{};
-    kernel_slots_.release(last->second);
+    if (!kernel_slots_.find(last->second, &slot)) continue;
+    kernels_[slot] = Kernel{};
+    kernel_slots_.release(slot);
   }
   kernel_ids_.erase(first, last);
   std::erase_if(globals_, [module](const auto& g) { return g.second.module == module; });
@@ -116,8 +117,7 @@ Status CudaBackend::kernel_lookup(uint32_t module, std::string_view name, uint32
     k.param_bytes_known = i < kMaxParams;
   }
   uint32_t id = 0, slot = 0;
-  kernel_slots_.acquire(&id);  // not full(): checked above
-  kernel_slots_.find(id, &slot);
+  kernel_slots_.acquire(&slot, &id);  // not full(): checked above
   if (slot >= kernels_.size()) kernels_.resize(slot + 1);
   kernels_[slot] = std::move(k);
   kernel_ids_.emplace(std::move(key), id);
