@@ -85,6 +85,8 @@ struct Config {
   bool idle_sleep = false;    // the worker's default idle policy: sleep after 200 us without work
   bool trace = false;         // WorkerOptions::trace (ordo-worker --trace)
   uint32_t region_mb = 64;    // the region's size (a power of two)
+  uint32_t launch_ns = 0;     // NullBackend's cost model: CPU time per launch
+  uint32_t dispatch = 1;      // WorkerOptions::dispatch_threads
 };
 
 // A worker thread on a fresh region, one client, and the streams the threads use.
@@ -108,7 +110,7 @@ class Env {
       }).join();
       if (!backend_) die(err);
     } else {
-      backend_ = std::make_unique<NullBackend>();
+      backend_ = std::make_unique<NullBackend>(1, c.launch_ns);
     }
     ordo::WorkerOptions wo;
     wo.ordered = c.worker_edges;
@@ -117,8 +119,18 @@ class Env {
     // between workers and wants the idle one off the CPU.
     if (!c.idle_sleep) wo.spin = std::chrono::milliseconds(50);
     wo.quiet = true;
+    wo.dispatch_threads = c.dispatch;
     worker_ = std::make_unique<ordo::Worker>(*region_, *backend_, wo);
-    thread_ = server_thread([w = worker_.get()] { w->run(nullptr); });
+    // With a cost model, the worker's threads (and their lanes, which inherit
+    // the CPUs) go where the scheduler puts them, 1 dispatch thread as N.
+    if (c.launch_ns) {
+      thread_ = std::thread([w = worker_.get()] {
+        pin(kAnyCpu);
+        w->run(nullptr);
+      });
+    } else {
+      thread_ = server_thread([w = worker_.get()] { w->run(nullptr); });
+    }
     client_ = ordo::Client::attach(path_, &err, ordo::ClientOptions{.ordered = c.guest_edges});
     if (!client_) die(err);
     if (!ok(client_->kernel_lookup("ordo_noop", &kernel_))) die("kernel_lookup(ordo_noop) failed");
@@ -489,6 +501,16 @@ ORDO_LAUNCH(true, "ordo/ordering/mixed_legacy/edges_off", kMixedNoEdges, 1, 2);
 // Reference only: the sim backend runs each stream on its own host thread, so
 // this measures the simulator's hand-off as much as ordo.
 ORDO_LAUNCH(false, "sim_backend/throughput/independent", kSim, 1, 2);
+
+// Dispatch threads (ARCHITECTURE.md, "Dispatch threads"): launches that cost
+// what a driver launch costs (NullBackend's cost model: 5 us of CPU each, as
+// `ordo-worker --backend null --null-launch-ns 5000`), each guest thread on a
+// stream (and a ring) of its own, served by 1 or by 2 dispatch threads. One
+// dispatch thread caps the rate near 200k launches/s whatever the guest does.
+constexpr Config kCost1{.launch_ns = 5000, .dispatch = 1};
+constexpr Config kCost2{.launch_ns = 5000, .dispatch = 2};
+ORDO_LAUNCH(false, "ordo/dispatch/launch_5us/dispatch_threads:1", kCost1, 1, 4);
+ORDO_LAUNCH(false, "ordo/dispatch/launch_5us/dispatch_threads:2", kCost2, 1, 4);
 
 // Scaling with guest threads: 1..256 threads launching at once, each on its
 // own stream (past 63 streams they share rings; threads past the 55 permanent

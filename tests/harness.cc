@@ -17,6 +17,11 @@
 
 namespace ordo::test {
 
+uint32_t dispatch_threads() {
+  const char* v = std::getenv("ORDO_DISPATCH_THREADS");
+  return v && *v ? uint32_t(std::strtoul(v, nullptr, 10)) : 0;
+}
+
 std::string unique_region(const char* tag) {
   static std::atomic<int> n{0};
   return "/dev/shm/ordo-test-" + std::to_string(getpid()) + "-" + std::to_string(n++) + "-" + tag;
@@ -29,7 +34,11 @@ WorkerProcess::WorkerProcess(std::vector<std::string> args, const char* size, st
   const char* exe = std::getenv("ORDO_WORKER");
   if (!exe) throw std::runtime_error("ORDO_WORKER is not set: run the tests through meson test");
   std::vector<std::string> argv = {exe, "--region", region_, "--size", size, "--ready-file", ready, "--stats"};
-  argv.insert(argv.end(), args.begin(), args.end());
+  if (const uint32_t n = dispatch_threads()) {
+    argv.push_back("--dispatch-threads");
+    argv.push_back(std::to_string(n));
+  }
+  argv.insert(argv.end(), args.begin(), args.end());  // a test's own --dispatch-threads comes last and wins
   pid_ = fork();
   if (pid_ == 0) {
     // A test process that dies (a sanitizer halting on an error) takes its
@@ -130,6 +139,7 @@ InProcessWorker::InProcessWorker(WorkerOptions o, uint64_t size, std::unique_ptr
   if (!backend_) throw std::runtime_error(err);
   bell_ = DoorbellWaiter::listen(doorbell_path(path_), &err);
   o.quiet = true;
+  if (const uint32_t n = dispatch_threads(); n && o.dispatch_threads == 1) o.dispatch_threads = n;
   worker_ = std::make_unique<Worker>(*region_, *backend_, o);
   thread_ = std::thread([this] { worker_->run(bell_.get()); });
 }

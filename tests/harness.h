@@ -18,6 +18,9 @@
 namespace ordo::test {
 
 std::string unique_region(const char* tag);
+// ORDO_DISPATCH_THREADS (the `lanes` suite): the dispatch threads every
+// worker the tests start uses, unless a test chooses its own; 0 when unset.
+uint32_t dispatch_threads();
 
 class WorkerProcess {
  public:

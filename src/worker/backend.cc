@@ -14,7 +14,7 @@ std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOption
     return nullptr;
   }
   // transport cost only: runs nothing
-  if (name == "null") return std::make_unique<NullBackend>(options.sim_devices);
+  if (name == "null") return std::make_unique<NullBackend>(options.sim_devices, options.null_launch_ns);
   if (name == "sim") return sim::make_sim_backend(options.sim_devices);
   if (name == "cuda") return cuda::make_cuda_backend(options.cuda_devices, error);
   if (name == "auto") {

@@ -161,6 +161,7 @@ class Backend {
 struct BackendOptions {
   std::vector<int> cuda_devices;  // host device ordinals the session sees, in order; empty: all
   uint32_t sim_devices = 1;       // devices the sim (and null) backend simulate, 1..kMaxDevices
+  uint64_t null_launch_ns = 0;    // null: CPU time each launch keeps its caller busy (a driver launch's cost)
 };
 
 // "sim" (always available), "null", "cuda" (when built with CUDA and a device is

@@ -14,6 +14,7 @@ void usage(FILE* f) {
                "                   [--trace FILE] [--no-doorbell]\n"
                "                   [--ivshmem-server SOCKET] [--max-sleep MS] [--guest-timeout MS] [--unordered]\n"
                "                   [--devices LIST | --sim-devices N] [--chaos SEED] [--sim-kernels SO] [--quiet]\n"
+               "                   [--dispatch-threads N] [--null-launch-ns NS]\n"
                "       ordo-worker --device-info [--device K] [--backend B] [--devices LIST | --sim-devices N]\n"
                "  --region PATH   the shared region: a /dev/shm file (created, or reset, here)\n"
                "  --size N        region size, a power of two (default 64M; K/M/G suffixes)\n"
@@ -33,6 +34,10 @@ void usage(FILE* f) {
                "                  can wake the idle worker (the server's memory must be --region)\n"
                "  --max-sleep MS  longest idle sleep between polls (default 20; 1000 with --ivshmem-server)\n"
                "  --guest-timeout MS  free a guest's resources when its heartbeat stops this long (default 5000)\n"
+               "  --dispatch-threads N  threads that dispatch a session's rings, 1 to 64 (default: one per 2 CPUs\n"
+               "                  this process may use, at most 8); each ring keeps one of them\n"
+               "  --null-launch-ns NS  null: make each launch keep its dispatch thread busy NS nanoseconds, the\n"
+               "                  CPU time a driver launch costs (for benchmarks without a GPU)\n"
                "  --unordered     ignore ordering edges, like the old prototype: tests only\n"
                "  --chaos SEED    hold dispatchable entries for random times: tests only\n"
                "  --sim-kernels SO  load host twins of device kernels into the sim backend (may repeat; see sim.h)\n"
@@ -48,6 +53,18 @@ bool parse_sim_devices(const std::string& v, BackendOptions* b) {
     return false;
   }
   b->sim_devices = uint32_t(n);
+  return true;
+}
+
+bool parse_count(const char* what, const std::string& v, uint64_t lo, uint64_t hi, uint64_t* out) {
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || *end || n < lo || n > hi) {
+    std::fprintf(stderr, "ordo-worker: %s %s: a number from %llu to %llu\n", what, v.c_str(), (unsigned long long)lo,
+                 (unsigned long long)hi);
+    return false;
+  }
+  *out = n;
   return true;
 }
 
@@ -124,6 +141,14 @@ bool parse_command_line(int argc, char** argv, CommandLine* out, int* exit_code)
     else if (a == "--sim-devices") {
       if (!parse_sim_devices(value(), &c.bopt)) return false;
     }
+    else if (a == "--dispatch-threads") {
+      uint64_t n;
+      if (!parse_count("--dispatch-threads", value(), 1, kMaxDispatchThreads, &n)) return false;
+      c.opt.dispatch_threads = uint32_t(n);
+    }
+    else if (a == "--null-launch-ns") {
+      if (!parse_count("--null-launch-ns", value(), 0, 1'000'000'000, &c.bopt.null_launch_ns)) return false;
+    }
     else if (a == "--devices") {
       if (!parse_devices(value(), &c.bopt)) return false;
     }
@@ -143,6 +168,7 @@ bool parse_command_line(int argc, char** argv, CommandLine* out, int* exit_code)
     return false;
   }
   c.opt.trace = !c.trace_path.empty();
+  if (c.opt.dispatch_threads == 0) c.opt.dispatch_threads = default_dispatch_threads();
   return check_sessions(c);
 }
 

@@ -21,7 +21,7 @@ struct CommandLine {
   bool stats = false, doorbell = true, max_sleep_set = false, device_info = false;
   uint32_t info_device = 0;
   BackendOptions bopt;
-  WorkerOptions opt;
+  WorkerOptions opt{.dispatch_threads = 0};  // 0 until parsed: the worker's choice
   Layout layout;  // of one part
 };
 

@@ -1,6 +1,7 @@
 // Ring reading and the edge gate: copies each ring's next entry out,
 // validates it, holds it until its edges are met (and no host function holds
 // its ring), and hands it to the op's handler (handlers/).
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,7 @@ Status Worker::check_edges(const Entry& e, uint32_t own_ring, std::string* why) 
     const Edge& edge = e.edges[i];
     // An edge may only name an entry that was published before this one; anything
     // later could close a cycle and stall the guest's rings forever.
-    const uint64_t head = rings_[edge.ring].head;
+    const uint64_t head = rings_[edge.ring].head.load(std::memory_order_acquire);
     bool seen = edge.pos <= head;
     if (!seen && edge.ring != own_ring) {
       // Only what this worker will serve: an open ring, up to its last
@@ -42,7 +43,10 @@ Status Worker::check_edges(const Entry& e, uint32_t own_ring, std::string* why) 
 }
 
 bool Worker::RingState::held() const {
-  return hold && hold->done.load(std::memory_order_acquire) < hold_ticket;
+  // Another lane may read a hold newer than the ticket or the reverse; either
+  // way it finds the ring held longer, never shorter.
+  const HostFuncWords* h = hold.load(std::memory_order_acquire);
+  return h && h->done.load(std::memory_order_acquire) < hold_ticket.load(std::memory_order_acquire);
 }
 
 uint64_t Worker::passed(uint32_t r) const {
@@ -52,7 +56,8 @@ uint64_t Worker::passed(uint32_t r) const {
   // not met (legacy-stream work after a blocking stream's function, or the
   // reverse, and a shared ring's StreamSynchronize). Its own ring holds the
   // entries after it anyway (poll_ring).
-  return rs.held() ? rs.head - 1 : rs.head;
+  const uint64_t head = rs.head.load(std::memory_order_acquire);
+  return rs.held() ? head - 1 : head;
 }
 
 bool Worker::edges_ready(const Edge* edges, unsigned count) const {
@@ -62,15 +67,30 @@ bool Worker::edges_ready(const Edge* edges, unsigned count) const {
   return true;
 }
 
-bool Worker::waits_for_itself(uint32_t start) const {
+// Lanes see each other's waits only as registered here, under waits_mu_.
+void Worker::register_wait(RingState& rs, const Entry& e) {
+  std::lock_guard lock(waits_mu_);
+  rs.registered = true;
+  rs.wait_count = e.edge_count;
+  std::copy_n(e.edges, e.edge_count, rs.wait_edges);
+}
+
+void Worker::unregister_wait(RingState& rs) {
+  if (!rs.waited) return;
+  std::lock_guard lock(waits_mu_);
+  rs.registered = false;
+}
+
+bool Worker::waits_for_itself(uint32_t start) {
+  std::lock_guard lock(waits_mu_);
   std::vector<uint32_t> todo{start};
   std::vector<bool> seen(layout_.ring_count);
   while (!todo.empty()) {
     const RingState& rs = rings_[todo.back()];
     todo.pop_back();
-    if (!rs.staged) continue;
-    for (unsigned i = 0; i < rs.entry.edge_count; ++i) {
-      const Edge& e = rs.entry.edges[i];
+    if (!rs.registered) continue;
+    for (unsigned i = 0; i < rs.wait_count; ++i) {
+      const Edge& e = rs.wait_edges[i];
       if (passed(e.ring) >= e.pos) continue;
       if (e.ring == start) return true;
       if (!seen[e.ring]) {
@@ -82,38 +102,42 @@ bool Worker::waits_for_itself(uint32_t start) const {
   return false;
 }
 
-bool Worker::chaos_hold(bool& armed, uint64_t& until) {
+bool Worker::chaos_hold(Lane& lane, bool& armed, uint64_t& until) {
   if (!opt_.chaos_seed) return false;
   const uint64_t now = now_ns();
   if (!armed) {
     armed = true;
-    until = now + chaos_rng_() % (uint64_t{opt_.chaos_max_hold_us} * 1000 + 1);
+    until = now + lane.chaos_rng() % (uint64_t{opt_.chaos_max_hold_us} * 1000 + 1);
   }
   if (now < until) return true;
   armed = false;
   return false;
 }
 
-bool Worker::poll_ring(uint32_t r) {
+bool Worker::poll_ring(uint32_t r, Lane& lane) {
   RingState& rs = rings_[r];
+  uint64_t head = rs.head.load(std::memory_order_relaxed);  // this lane's own
+  auto advance = [&] {
+    rs.head.store(++head, std::memory_order_release);
+  };
   bool progressed = false;
   for (uint32_t n = 0; n < kBatch; ++n) {
     uint64_t word = 0;
-    if (!rs.staged && !rs.reader.published(rs.head, &word)) break;
-    if (rs.hold) {
+    if (!rs.staged && !rs.reader.published(head, &word)) break;
+    if (rs.hold.load(std::memory_order_relaxed)) {
       // A host function: the ring goes on once the guest ran it.
       if (rs.held()) break;
-      rs.hold = nullptr;
+      rs.hold.store(nullptr, std::memory_order_relaxed);
     }
     if (!rs.staged) {
-      rs.reader.copy(rs.head, word, &rs.entry);  // then validate and use only the copy
+      rs.reader.copy(head, word, &rs.entry);  // then validate and use only the copy
       std::string why;
       Status s = check_entry(rs.entry, Path::Ring, layout_, &why);
       if (ok(s)) s = check_edges(rs.entry, r, &why);
       if (!ok(s)) {
-        log_bad("ring", r, rs.head, why);
-        async_error({r, rs.entry.thread < layout_.slot_count ? rs.entry.thread : kNoSlot, rs.head, rs.entry.op}, s);
-        ++rs.head;
+        log_bad("ring", r, head, why);
+        async_error({r, rs.entry.thread < layout_.slot_count ? rs.entry.thread : kNoSlot, head, rs.entry.op}, s);
+        advance();
         progressed = true;
         continue;
       }
@@ -126,37 +150,41 @@ bool Worker::poll_ring(uint32_t r) {
         // The laps only say an edge names a published entry, not one published
         // before this one: two entries can name each other. The last of a cycle
         // to start waiting closes it; reject that one.
+        register_wait(rs, rs.entry);
+        rs.waited = true;
         if (waits_for_itself(r)) {
-          log_bad("ring", r, rs.head, "edges close a cycle");
-          async_error({r, rs.entry.thread, rs.head, rs.entry.op}, Status::kIllegalState);
+          log_bad("ring", r, head, "edges close a cycle");
+          async_error({r, rs.entry.thread, head, rs.entry.op}, Status::kIllegalState);
+          unregister_wait(rs);
           rs.staged = false;
-          ++rs.head;
+          advance();
           progressed = true;
           continue;
         }
-        rs.waited = true;
-        bump(counters_.edge_waits);
+        bump(lane.edge_waits);
       }
       break;
     }
-    if (chaos_hold(rs.chaos_armed, rs.chaos_until_ns)) break;
-    const Status s = dispatch(r, rs.entry, rs.head);
+    if (chaos_hold(lane, rs.chaos_armed, rs.chaos_until_ns)) break;
+    const Status s = dispatch(r, rs.entry, head, lane);
     if (s == Status::kNotReady && rs.entry.op == uint16_t(Op::EventRecord)) {
       // A record that needs a backend event of its own while all are in use
       // (EventTable::record): it waits for a wait elsewhere, as for an edge.
       if (!rs.waited) {
         rs.waited = true;
-        bump(counters_.edge_waits);
+        bump(lane.edge_waits);
       }
       break;
     }
-    if (!ok(s)) async_error({r, rs.entry.thread, rs.head, rs.entry.op}, s);
-    if (tracer_) tracer_->record(r, rs.head, rs.entry, rs.staged_ns, Tracer::stamp());
+    if (!ok(s)) async_error({r, rs.entry.thread, head, rs.entry.op}, s);
+    if (tracer_) tracer_->record(r, head, rs.entry, rs.staged_ns, Tracer::stamp());
+    unregister_wait(rs);
     rs.staged = false;
-    ++rs.head;
+    advance();
     progressed = true;
   }
-  rs.reader.release(rs.head);
+  rs.reader.release(head);
+  if (progressed) wake_waiting_lanes();
   return progressed;
 }
 
@@ -178,9 +206,9 @@ Status Worker::enter_stream(const RingCall& c) {
   return Status::kSuccess;
 }
 
-Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos) {
-  bump(counters_.ops[e.op]);
-  bump(counters_.entries);
+Status Worker::dispatch(uint32_t r, const Entry& e, uint64_t pos, Lane& lane) {
+  bump(lane.ops[e.op]);
+  bump(lane.entries);
   const RingCall c{r, pos, e, rings_[r], OpTag{r, e.thread, pos, e.op}};
   switch (static_cast<Op>(e.op)) {
 #define ORDO_OP(name, path, order, args) \

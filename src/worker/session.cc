@@ -13,14 +13,26 @@
 namespace ordo {
 
 void Worker::fresh_ring(uint32_t r) {
-  rings_[r] = RingState{};
-  rings_[r].reader = RingReader(region_.entries(r), layout_.ring_capacity, &region_.ring(r));
-  rings_[r].fences = std::make_shared<FenceQueue>(&region_.ring(r));
+  // Field by field: the atomics other lanes read make RingState immovable.
+  RingState& rs = rings_[r];
+  rs.reader = RingReader(region_.entries(r), layout_.ring_capacity, &region_.ring(r));
+  rs.head.store(0, std::memory_order_relaxed);
+  rs.staged = rs.chaos_armed = rs.waited = false;
+  rs.chaos_until_ns = rs.staged_ns = 0;
+  rs.entry = Entry{};
+  rs.hold.store(nullptr, std::memory_order_relaxed);
+  rs.hold_ticket.store(0, std::memory_order_relaxed);
+  rs.registered = false;
+  rs.wait_count = 0;
+  rs.dirty.clear();
+  rs.fence_count = 0;
+  rs.fences = std::make_shared<FenceQueue>(&region_.ring(r));
 }
 
 void Worker::attach_session(uint64_t session) {
   // The guest waits for attached_session before touching the rings, so the
-  // shared state can be reset here without racing it.
+  // shared state can be reset here without racing it; the lanes stand still.
+  pause_lanes();
   for (uint32_t r = 0; r < layout_.ring_count; ++r) rings_[r].reader.reset();
   for (uint32_t i = 0; i < layout_.slot_count; ++i) {
     ReplySlot& slot = region_.slot(i);
@@ -39,11 +51,14 @@ void Worker::attach_session(uint64_t session) {
   beat_seen_ = h->guest_beat.load(std::memory_order_relaxed);
   beat_changed_ns_ = now_ns();
   counters_.sessions.fetch_add(1, std::memory_order_relaxed);
+  serving_.store(session, std::memory_order_release);
+  resume_lanes();
   h->attached_session.store(session, std::memory_order_release);
   if (!opt_.quiet) std::fprintf(stderr, "ordo-worker: guest session %016" PRIx64 " attached\n", session);
 }
 
 void Worker::reset_session() {
+  pause_lanes();  // every lane between passes until the session is gone
   // Let queued device work finish before freeing what it may use.
   std::mutex mu;
   std::condition_variable cv;
@@ -94,6 +109,8 @@ void Worker::reset_session() {
   }
   staged_slots_ = 0;
   attached_ = 0;
+  serving_.store(0, std::memory_order_release);
+  resume_lanes();
   region_.header()->attached_session.store(0, std::memory_order_release);
   // The fault stays in sticky_ until the next attach. Not when stopping: a
   // worker told to stop while a faulted session is attached exits.

@@ -62,7 +62,7 @@ bool Worker::try_slot(uint32_t s) {
     }
     if (!ss.waited) {
       ss.waited = true;
-      bump(counters_.edge_waits);
+      bump(lanes_[0]->edge_waits);  // slots are lane 0's
     }
     return false;
   }
@@ -89,7 +89,7 @@ std::function<void()> Worker::deferred_reply(uint32_t s, uint64_t seq) {
 
 void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq, bool edges_met) {
   const Op op = static_cast<Op>(e.op);
-  bump(counters_.ops[e.op]);
+  bump(lanes_[0]->ops[e.op]);
   if (const int32_t f = sticky_.load(std::memory_order_relaxed); f && op != Op::Null && op != Op::DeviceInfo)
     return reply(s, seq, Status(f));
   const SlotCall c{s, seq, e, edges_met};

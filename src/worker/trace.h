@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <string>
 
 #include "ordo/layout.h"
@@ -26,7 +27,9 @@ class Tracer {
   static uint64_t stamp() { return __rdtsc(); }
 
   // `track`: a ring index, or kMaxRings + slot for sync calls; times from stamp().
+  // Every dispatch thread records: a lock, which tracing (a debugging aid) can afford.
   void record(uint32_t track, uint64_t pos, const Entry& e, uint64_t staged_ns, uint64_t done_ns) {
+    std::lock_guard lock(mu_);
     if (events_.size() >= max_) {
       ++dropped_;
       return;
@@ -49,6 +52,7 @@ class Tracer {
     uint64_t pos, staged_ns, done_ns;
     Edge edges[kMaxEdges];
   };
+  std::mutex mu_;
   std::deque<Event> events_;
   size_t max_;
   uint64_t tsc0_;

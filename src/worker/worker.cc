@@ -3,6 +3,10 @@
 #include "worker.h"
 
 #include <immintrin.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -21,7 +25,24 @@ namespace {
 // interrupts only drain it sooner). Costs an idle worker one extra wake-up per sleep.
 constexpr std::chrono::microseconds kSleepGrace{50};
 
+// Sleeps while *word == value, at most `limit`: an extra lane's park.
+void futex_wait(std::atomic<uint32_t>& word, uint32_t value, std::chrono::microseconds limit) {
+  const timespec ts{time_t(limit.count() / 1000000), long(limit.count() % 1000000) * 1000};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, value, &ts, nullptr, 0);
+}
+
+void futex_wake(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
 }  // namespace
+
+uint32_t default_dispatch_threads() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return uint32_t(std::clamp(cpus / 2, 1, 8));
+}
 
 Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
     : region_(region),
@@ -31,8 +52,13 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
       rings_(layout_.ring_count),
       slots_(layout_.slot_count),
       devices_(std::clamp<uint32_t>(backend.device_count(), 1, kMaxDevices)),
-      events_(backend, options.ordered, uint64_t{layout_.ring_count} * layout_.ring_capacity),
-      chaos_rng_(options.chaos_seed) {
+      events_(backend, options.ordered, uint64_t{layout_.ring_count} * layout_.ring_capacity) {
+  const uint32_t lanes = std::clamp<uint32_t>(opt_.dispatch_threads, 1, std::min(kMaxDispatchThreads, layout_.ring_count));
+  for (uint32_t i = 0; i < lanes; ++i) {
+    lanes_.push_back(std::make_unique<Lane>());
+    lanes_.back()->index = i;
+    lanes_.back()->chaos_rng.seed(options.chaos_seed + i);
+  }
   for (uint32_t r = 0; r < layout_.ring_count; ++r) fresh_ring(r);
   if (opt_.trace) tracer_ = std::make_unique<Tracer>();
   backend_.set_error_sink([this](const OpTag& tag, Status s) { async_error(tag, s); });
@@ -52,10 +78,12 @@ Worker::~Worker() {
 }
 
 void Worker::log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why) {
-  bump(counters_.errors);
+  counters_.errors.fetch_add(1, std::memory_order_relaxed);
   // Bounded: a hostile guest must not be able to fill the host's disk.
-  if (opt_.quiet || logged_ >= 100) return;
-  if (++logged_ == 100) std::fprintf(stderr, "ordo-worker: further bad-entry messages suppressed\n");
+  if (opt_.quiet || logged_.load(std::memory_order_relaxed) >= 100) return;
+  const uint32_t n = logged_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n > 100) return;
+  if (n == 100) std::fprintf(stderr, "ordo-worker: further bad-entry messages suppressed\n");
   std::fprintf(stderr, "ordo-worker: rejected %s %u position %" PRIu64 ": %s\n", where, idx, pos, why.c_str());
 }
 
@@ -77,12 +105,8 @@ void Worker::async_error(const OpTag& tag, Status s) {
   slot.error_seq.store(slot.error_seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
-bool Worker::poll_once() {
-  if (!attached_) {
-    check_session(now_ns());
-    if (!attached_) return false;
-  }
-  bool progressed = poll_slots();
+bool Worker::poll_lane(Lane& lane) {
+  bool progressed = false;
   const RegionHeader* h = region_.header();
   for (uint32_t w = 0; w * 64 < layout_.ring_count; ++w) {
     uint64_t open = h->ring_open[w].load(std::memory_order_acquire);
@@ -91,14 +115,125 @@ bool Worker::poll_once() {
       const uint32_t r = w * 64 + uint32_t(__builtin_ctzll(open));
       open &= open - 1;
       if (r >= layout_.ring_count) continue;
+      RingState& rs = rings_[r];
       // An idle ring costs one load here, not a call (its head was published
       // when it was last busy).
       uint64_t word;
-      if (rings_[r].staged || rings_[r].reader.published(rings_[r].head, &word)) progressed |= poll_ring(r);
+      const uint32_t owner = lane_of(r);
+      if (owner == lane.index) {
+        if (rs.staged || rs.reader.published(rs.head.load(std::memory_order_relaxed), &word)) progressed |= poll_ring(r, lane);
+      } else if (lane.index == 0 && lanes_[owner]->parked.load(std::memory_order_relaxed) &&
+                 rs.reader.published(rs.head.load(std::memory_order_acquire), &word) && !rs.held()) {
+        // Lane 0 sees every ring: work for a parked lane wakes it (the lane
+        // fenced between parking and its last look; so do we, between the
+        // entry we saw and its parked flag).
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        wake_lane(*lanes_[owner]);
+      }
     }
   }
+  return progressed;
+}
+
+bool Worker::poll_once() {
+  if (!attached_) {
+    check_session(now_ns());
+    if (!attached_) return false;
+  }
+  bool progressed = poll_slots();
+  progressed |= poll_lane(*lanes_[0]);
   // Slots whose edges just became ready by the ring pass.
   return poll_slots() || progressed;
+}
+
+void Worker::wake_lane(Lane& lane) {
+  if (lane.parked.exchange(0, std::memory_order_relaxed) != 1) return;
+  parked_lanes_.fetch_sub(1, std::memory_order_relaxed);
+  futex_wake(lane.parked);
+}
+
+void Worker::wake_waiting_lanes() {
+  if (!threads_running_) return;
+  // Our head store before their parked flags, as their flags before their
+  // last look at our head.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (parked_lanes_.load(std::memory_order_relaxed) == 0) return;
+  for (auto& l : lanes_)
+    if (l->waiting.load(std::memory_order_relaxed)) wake_lane(*l);
+}
+
+bool Worker::all_lanes_parked() const {
+  return !threads_running_ || parked_lanes_.load(std::memory_order_relaxed) + 1 >= lanes_.size();
+}
+
+void Worker::pause_lanes() {
+  if (!threads_running_) return;
+  pause_.store(1, std::memory_order_seq_cst);
+  for (size_t i = 1; i < lanes_.size(); ++i) wake_lane(*lanes_[i]);
+  for (uint32_t n; (n = paused_lanes_.load(std::memory_order_acquire)) + 1 < lanes_.size();) paused_lanes_.wait(n);
+}
+
+void Worker::resume_lanes() {
+  if (!threads_running_) return;
+  pause_.store(0, std::memory_order_release);
+  pause_.notify_all();
+}
+
+void Worker::stop_lanes() {
+  for (auto& t : lane_threads_) t.request_stop();
+  for (size_t i = 1; i < lanes_.size(); ++i) wake_lane(*lanes_[i]);
+  pause_.notify_all();
+  lane_threads_.clear();  // joins
+  threads_running_ = false;
+}
+
+void Worker::serve_lane(Lane& lane, std::stop_token stop) {
+  uint64_t idle_since = 0;
+  uint32_t pass = 0;
+  auto backoff = kSleepGrace;
+  while (!stop.stop_requested()) {
+    if (pause_.load(std::memory_order_acquire)) {
+      // Lane 0 attaches or resets the session: stand still until it is done.
+      paused_lanes_.fetch_add(1, std::memory_order_acq_rel);
+      paused_lanes_.notify_all();
+      pause_.wait(1, std::memory_order_acquire);
+      paused_lanes_.fetch_sub(1, std::memory_order_acq_rel);
+      continue;
+    }
+    const bool serving = serving_.load(std::memory_order_acquire) != 0;
+    if (serving && poll_lane(lane)) {
+      idle_since = 0;
+      backoff = kSleepGrace;
+      continue;
+    }
+    if ((++pass & 15) != 0) {
+      _mm_pause();
+      continue;
+    }
+    const uint64_t now = now_ns();
+    if (idle_since == 0) idle_since = now;
+    const bool chaos_pending = opt_.chaos_seed != 0 && serving;
+    if (now - idle_since < uint64_t(opt_.spin.count()) * 1000 || chaos_pending) {
+      _mm_pause();
+      continue;
+    }
+    // Park: announce, fence, look once more, sleep. A lane with an entry that
+    // waits for edges is woken by other lanes' progress, and looks again with
+    // a growing period (a host function's end wakes nobody).
+    bool waiting = false;
+    for (uint32_t r = lane.index; r < layout_.ring_count; r += uint32_t(lanes_.size())) waiting |= rings_[r].staged;
+    lane.waiting.store(waiting, std::memory_order_relaxed);
+    lane.parked.store(1, std::memory_order_relaxed);
+    parked_lanes_.fetch_add(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!pause_.load(std::memory_order_relaxed) && !(serving && poll_lane(lane))) {
+      futex_wait(lane.parked, 1, waiting ? backoff : opt_.max_sleep);
+      if (waiting) backoff = std::min(backoff * 2, opt_.max_sleep);
+    }
+    if (lane.parked.exchange(0, std::memory_order_relaxed) == 1) parked_lanes_.fetch_sub(1, std::memory_order_relaxed);
+    lane.waiting.store(false, std::memory_order_relaxed);
+    idle_since = 0;
+  }
 }
 
 // True when the doorbell rang.
@@ -121,6 +256,16 @@ void Worker::run(DoorbellWaiter* doorbell) {
     beater = std::jthread([this](std::stop_token stop) { beat(stop); });
   } catch (const std::system_error&) {
     // No thread to spare (a thread limit): the loop below beats instead.
+  }
+  // The extra lanes; without threads to spare, lane 0 serves every ring. Set
+  // before they start, which orders it before their reads; no session is
+  // served yet, so lanes that started before a failure did nothing.
+  threads_running_ = lanes_.size() > 1;
+  try {
+    for (size_t i = 1; i < lanes_.size(); ++i)
+      lane_threads_.emplace_back([this, &lane = *lanes_[i]](std::stop_token st) { serve_lane(lane, st); });
+  } catch (const std::system_error&) {
+    stop_lanes();
   }
   uint64_t idle_since = 0;
   uint64_t last_beat = 0;
@@ -153,7 +298,9 @@ void Worker::run(DoorbellWaiter* doorbell) {
     if (idle_since == 0) idle_since = now;
     // Chaos keeps a serving worker awake (a held entry is work); with no guest it sleeps.
     const bool chaos_pending = opt_.chaos_seed != 0 && attached_;
-    if (now - idle_since < uint64_t(opt_.spin.count()) * 1000 || chaos_pending) {
+    // The doorbell wakes lane 0 only: it sleeps once every other lane has
+    // parked (a busy lane's rings get no bell while it runs).
+    if (now - idle_since < uint64_t(opt_.spin.count()) * 1000 || chaos_pending || !all_lanes_parked()) {
       _mm_pause();
       continue;
     }
@@ -171,11 +318,16 @@ void Worker::run(DoorbellWaiter* doorbell) {
       if (!rang && !poll_once()) rang = sleep_on(doorbell, opt_.max_sleep - grace);
       if (rang) bump(counters_.wakeups);
     }
+    // What rang may be a host function's end that a parked lane's entry waits for.
+    if (threads_running_)
+      for (size_t i = 1; i < lanes_.size(); ++i)
+        if (lanes_[i]->waiting.load(std::memory_order_relaxed)) wake_lane(*lanes_[i]);
     h->worker_sleeping.store(0, std::memory_order_relaxed);
     idle_since = 0;
   }
   // Stopping ends the guest's session: its device resources go with it.
   if (attached_) reset_session();
+  stop_lanes();
 }
 
 void Worker::beat(std::stop_token stop) {
@@ -213,11 +365,13 @@ bool Worker::write_trace(const std::string& path, std::string* error) const {
 
 WorkerStats Worker::stats() const {
   WorkerStats s;
-  for (size_t i = 0; i < kOpCount; ++i) s.ops[i] = counters_.ops[i].load(std::memory_order_relaxed);
-  s.entries = counters_.entries.load(std::memory_order_relaxed);
+  for (const auto& l : lanes_) {
+    for (size_t i = 0; i < kOpCount; ++i) s.ops[i] += l->ops[i].load(std::memory_order_relaxed);
+    s.entries += l->entries.load(std::memory_order_relaxed);
+    s.edge_waits += l->edge_waits.load(std::memory_order_relaxed);
+  }
   s.slot_requests = counters_.slot_requests.load(std::memory_order_relaxed);
   s.slot_posts = counters_.slot_posts.load(std::memory_order_relaxed);
-  s.edge_waits = counters_.edge_waits.load(std::memory_order_relaxed);
   s.errors = counters_.errors.load(std::memory_order_relaxed);
   s.sleeps = counters_.sleeps.load(std::memory_order_relaxed);
   s.wakeups_by_doorbell = counters_.wakeups.load(std::memory_order_relaxed);

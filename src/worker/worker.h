@@ -1,5 +1,9 @@
 // The host worker: polls a region's rings and reply slots, honours each entry's
 // edges, validates everything it copies out, and hands calls to a Backend.
+// Several dispatch threads ("lanes") may serve one session: each ring has one
+// lane, lane 0 (run()'s thread) also serves the reply slots and the session,
+// and edges across lanes are met through each ring's published head
+// (ARCHITECTURE.md, "Dispatch threads").
 // Its units: ring_server.cc (ring reading and the edge gate), slot_server.cc
 // (reply slots), session.cc (attach, liveness, the one reset), handlers/ (what
 // each op of ops.def does), worker.cc (the dispatch loop and its heartbeat).
@@ -15,8 +19,10 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <shared_mutex>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend.h"
@@ -33,6 +39,12 @@
 
 namespace ordo {
 
+// Dispatch threads per session: at most this many (--dispatch-threads).
+inline constexpr uint32_t kMaxDispatchThreads = 64;
+// What the worker chooses when not told: one per two CPUs this process may
+// run on (a guest thread per dispatch thread keeps both busy), at most 8.
+uint32_t default_dispatch_threads();
+
 struct WorkerOptions {
   // false: ignore edges, as the old prototype did. Only for tests that must
   // show ordering violations; never for real guests.
@@ -48,6 +60,9 @@ struct WorkerOptions {
   // A guest whose heartbeat stops this long is presumed dead: its streams,
   // events and memory are freed and the region waits for a new guest.
   std::chrono::milliseconds guest_timeout{5000};
+  // Threads that dispatch the session's rings (1..kMaxDispatchThreads); ring
+  // r is served by thread r % dispatch_threads. run() starts the extra ones.
+  uint32_t dispatch_threads = 1;
   bool trace = false;  // record every dispatch for write_trace()
   bool quiet = false;
 };
@@ -95,9 +110,13 @@ class Worker {
   bool write_trace(const std::string& path, std::string* error) const;
 
  private:
+  struct Lane;
   struct RingState {
     RingReader reader;
-    uint64_t head = 0;        // next position to dispatch == entries dispatched
+    // Next position to dispatch == entries dispatched. Written by the ring's
+    // lane only (release: what the dispatch did happens before), read by every
+    // lane's edge gate.
+    std::atomic<uint64_t> head{0};
     bool staged = false;      // `entry` holds a validated copy of position head
     bool chaos_armed = false;
     uint64_t chaos_until_ns = 0;
@@ -105,10 +124,16 @@ class Worker {
     uint64_t staged_ns = 0;   // when tracing
     Entry entry{};
     // A dispatched HostFunc whose function the guest has not finished: the
-    // ring's next entry waits until hold->done >= hold_ticket.
-    HostFuncWords* hold = nullptr;
-    uint64_t hold_ticket = 0;
+    // ring's next entry waits until hold->done >= hold_ticket. Set before the
+    // head passes it; other lanes read them for passed().
+    std::atomic<HostFuncWords*> hold{nullptr};
+    std::atomic<uint64_t> hold_ticket{0};
     bool held() const;  // a hold whose function the guest has not finished
+    // The staged entry's edges while it waits for them, for the cycle check
+    // (waits_for_itself); guarded by waits_mu_.
+    bool registered = false;
+    uint8_t wait_count = 0;
+    Edge wait_edges[kMaxEdges];
     // Streams that got work from this ring since its last Fence: the next
     // Fence completes once each of them has run that work.
     std::vector<uint32_t> dirty;
@@ -154,7 +179,28 @@ class Worker {
 #include "ordo/ops.def"
 #undef ORDO_OP
 
-  bool poll_ring(uint32_t r);
+  // A dispatch thread: the rings r % lanes == its index, and their counters.
+  struct Lane {
+    uint32_t index = 0;
+    std::atomic<uint32_t> parked{0};     // 1: asleep (futex); a waker stores 0 and wakes it
+    std::atomic<bool> waiting{false};    // parked with an entry whose edges are not met
+    std::mt19937_64 chaos_rng;
+    // Single-writer counters (the lane's thread), summed by stats().
+    std::array<std::atomic<uint64_t>, kOpCount> ops{};
+    std::atomic<uint64_t> entries{0}, edge_waits{0};
+  };
+  bool poll_ring(uint32_t r, Lane& lane);
+  bool poll_lane(Lane& lane);            // one pass over the lane's rings
+  void serve_lane(Lane& lane, std::stop_token stop);  // the extra lanes' loop
+  uint32_t lane_of(uint32_t ring) const { return threads_running_ ? ring % uint32_t(lanes_.size()) : 0; }
+  // After progress on a ring: lanes parked waiting for an edge look again.
+  void wake_waiting_lanes();
+  void wake_lane(Lane& lane);
+  bool all_lanes_parked() const;
+  // Stops the extra lanes between passes (attach and reset change ring state), and lets them go.
+  void pause_lanes();
+  void resume_lanes();
+  void stop_lanes();  // joins them; lane 0 serves every ring again
   void beat(std::stop_token stop);  // the heartbeat thread
   Status stream_of(const Entry& e, uint32_t ring) const;
   void mark_dirty(RingState& rs, uint32_t stream);
@@ -171,9 +217,11 @@ class Worker {
   uint64_t passed(uint32_t r) const;
   bool edges_ready(const Edge* edges, unsigned count) const;
   bool edges_ready(const Entry& e) const { return edges_ready(e.edges, e.edge_count); }
-  bool waits_for_itself(uint32_t ring) const;  // ring's staged entry closes a cycle of waits
-  bool chaos_hold(bool& armed, uint64_t& until);
-  Status dispatch(uint32_t ring, const Entry& e, uint64_t pos);
+  bool waits_for_itself(uint32_t ring);  // ring's staged entry closes a cycle of waits
+  bool chaos_hold(Lane& lane, bool& armed, uint64_t& until);
+  void register_wait(RingState& rs, const Entry& e);
+  void unregister_wait(RingState& rs);
+  Status dispatch(uint32_t ring, const Entry& e, uint64_t pos, Lane& lane);
   void serve_slot(uint32_t s, const Entry& e, uint64_t seq, bool edges_met = true);
   // The success reply to slot s for a request a backend callback completes (EventSynchronize, StreamSynchronize).
   std::function<void()> deferred_reply(uint32_t s, uint64_t seq);
@@ -196,6 +244,26 @@ class Worker {
   const WorkerOptions opt_;
   const Layout layout_;  // our own copy: the header is guest-writable
   std::vector<RingState> rings_;
+  std::vector<std::unique_ptr<Lane>> lanes_;  // [0]: run()'s thread (and the fuzzer's sweep)
+  std::vector<std::jthread> lane_threads_;
+  bool threads_running_ = false;             // the extra lanes serve their rings (run())
+  std::atomic<uint32_t> parked_lanes_{0};    // extra lanes asleep
+  std::atomic<uint32_t> pause_{0};           // 1: extra lanes stop between passes
+  std::atomic<uint32_t> paused_lanes_{0};
+  std::atomic<uint64_t> serving_{0};         // attached_, for the extra lanes
+  std::mutex waits_mu_;                      // RingState::registered, wait_count, wait_edges
+  // The session's memory tables (allocations_, globals_): lane 0 changes them
+  // (Malloc, Free, module variables), ring handlers on any lane read them.
+  mutable std::shared_mutex memory_mu_;
+  // Taken only while extra lanes run: one lane has nobody to exclude.
+  std::shared_lock<std::shared_mutex> read_memory() const {
+    return threads_running_ ? std::shared_lock(memory_mu_) : std::shared_lock<std::shared_mutex>();
+  }
+  std::unique_lock<std::shared_mutex> write_memory() {
+    return threads_running_ ? std::unique_lock(memory_mu_) : std::unique_lock<std::shared_mutex>();
+  }
+  mutable std::mutex events_mu_;
+  std::mutex streams_mu_;         // StreamCreate and StreamDestroy: streams_'s bind and unbind  // events_: records and waits on any lane, the rest on lane 0
   std::vector<SlotState> slots_;
   const uint32_t devices_;             // the backend's device count
   StreamTable streams_;
@@ -214,7 +282,6 @@ class Worker {
   std::atomic<int32_t> sticky_{0};  // a kernel fault: every later call fails with it (Status); backend threads set it
   uint64_t refused_ = 0;        // a session declared dead: not served again
   uint64_t beat_seen_ = 0, beat_changed_ns_ = 0;
-  std::mt19937_64 chaos_rng_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> restart_{false};
   // The dispatch loop's pass count, stored every 16th pass; the heartbeat thread watches it.
@@ -224,11 +291,10 @@ class Worker {
   uint64_t session_epoch_ = 0;    // under error_mu_: bumped per reset, so late callbacks of a past session write nothing
   // Written by the dispatch thread (errors also by backend threads), read by stats().
   struct Counters {
-    std::array<std::atomic<uint64_t>, kOpCount> ops{};
-    std::atomic<uint64_t> entries{0}, slot_requests{0}, slot_posts{0}, edge_waits{0}, errors{0}, sleeps{0}, wakeups{0};
+    std::atomic<uint64_t> slot_requests{0}, slot_posts{0}, errors{0}, sleeps{0}, wakeups{0};
     std::atomic<uint64_t> sessions{0}, sessions_lost{0}, allocations{0};
   } counters_;
-  uint32_t logged_ = 0;
+  std::atomic<uint32_t> logged_{0};
   std::unique_ptr<Tracer> tracer_;
 };
 

@@ -6,6 +6,8 @@
 
 namespace ordo {
 
+// Callers hold read_memory() until the backend has the call: a Free on lane 0
+// then comes before the check or after the work was queued, as with one lane.
 Status Worker::check_device_range(uint64_t addr, uint64_t size) const {
   if (auto it = allocations_.upper_bound(addr); it != allocations_.begin()) {
     --it;
@@ -40,6 +42,7 @@ Status Worker::op_Memcpy(const RingCall& c) {
   if (Status s = enter_stream(c); !ok(s)) return s;
   if (faulted()) return Status::kSuccess;  // after a kernel fault no device work runs (Launch)
   const auto a = decode<Op::Memcpy>(c.e.arg);
+  const auto lock = read_memory();
   MemOperand dst, src;
   if (Status s = resolve(dst_kind(c.e.flags), c.ring, a.dst, a.size, &dst); !ok(s)) return s;
   if (Status s = resolve(src_kind(c.e.flags), c.ring, a.src, a.size, &src); !ok(s)) return s;
@@ -50,6 +53,7 @@ Status Worker::op_Memset(const RingCall& c) {
   if (Status s = enter_stream(c); !ok(s)) return s;
   if (faulted()) return Status::kSuccess;
   const auto a = decode<Op::Memset>(c.e.arg);
+  const auto lock = read_memory();
   if (Status s = check_device_range(a.dst, a.size); !ok(s)) return s;
   return backend_.memset(c.e.stream, a.dst, uint8_t(a.value), a.size, c.tag);
 }
@@ -60,6 +64,7 @@ void Worker::op_Malloc(const SlotCall& c) {
   uint64_t addr = 0;
   const Status st = backend_.malloc(uint32_t(a.device), a.size, &addr);
   if (ok(st)) {
+    const auto lock = write_memory();
     allocations_[addr] = a.size;
     counters_.allocations.store(allocations_.size(), std::memory_order_relaxed);
   }
@@ -69,10 +74,13 @@ void Worker::op_Malloc(const SlotCall& c) {
 void Worker::op_Free(const SlotCall& c) {
   const auto a = decode<Op::Free>(c.e.arg);
   if (a.addr == 0) return reply(c, Status::kSuccess);  // cudaFree(nullptr)
-  auto it = allocations_.find(a.addr);
-  if (it == allocations_.end()) return reply(c, Status::kInvalidDevicePointer);
-  allocations_.erase(it);
-  counters_.allocations.store(allocations_.size(), std::memory_order_relaxed);
+  {
+    const auto lock = write_memory();
+    auto it = allocations_.find(a.addr);
+    if (it == allocations_.end()) return reply(c, Status::kInvalidDevicePointer);
+    allocations_.erase(it);
+    counters_.allocations.store(allocations_.size(), std::memory_order_relaxed);
+  }
   reply(c, backend_.free(a.addr));
 }
 

@@ -41,7 +41,10 @@ void Worker::op_ModuleGlobal(const SlotCall& c) {
   if (a.device >= devices_) return reply(c, Status::kInvalidDevice);
   uint64_t addr = 0, size = 0;
   const Status st = backend_.module_global(module, uint32_t(a.device), name, a.size, &addr, &size);
-  if (ok(st) && size) globals_[addr] = {size, module};
+  if (ok(st) && size) {
+    const auto lock = write_memory();
+    globals_[addr] = {size, module};
+  }
   reply(c, st, addr, size);
 }
 
@@ -68,7 +71,10 @@ void Worker::op_ModuleLoad(const SlotCall& c) {
 void Worker::op_ModuleUnload(const SlotCall& c) {
   const uint32_t module = uint32_t(decode<Op::ModuleUnload>(c.e.arg).module);  // check_entry: fits
   if (!modules_.erase(module)) return reply(c, Status::kInvalidResourceHandle);
-  std::erase_if(globals_, [module](const auto& g) { return g.second.second == module; });
+  {
+    const auto lock = write_memory();
+    std::erase_if(globals_, [module](const auto& g) { return g.second.second == module; });
+  }
   reply(c, backend_.module_unload(module));
 }
 

@@ -1,6 +1,7 @@
 // Streams, fences and host functions: the ops that give a ring's entries their
 // stream and tell the guest when a ring or a stream got somewhere.
 #include <memory>
+#include <mutex>
 
 #include "../fence_queue.h"
 #include "../worker.h"
@@ -28,6 +29,7 @@ Status Worker::op_StreamCreate(const RingCall& c) {
   const uint32_t st = c.e.stream;
   const uint64_t device = a.device;
   if (device >= devices_) return Status::kInvalidDevice;
+  std::lock_guard lock(streams_mu_);  // a guest may name one id on two rings at once
   if (st >= kMaxStreams || streams_.bound(st)) return Status::kInvalidResourceHandle;
   if (a.flags & kStreamLegacy) {
     // A device's legacy stream exists in the backend already: the guest
@@ -46,6 +48,7 @@ Status Worker::op_StreamCreate(const RingCall& c) {
 
 Status Worker::op_StreamDestroy(const RingCall& c) {
   const uint32_t st = c.e.stream;
+  std::lock_guard lock(streams_mu_);
   if (Status s = stream_of(c.e, c.ring); !ok(s) || st < kMaxDevices) return Status::kInvalidResourceHandle;
   // The guest fences before a destroy; work queued since then (none from a
   // correct guest) is not waited for by later fences of the ring.
@@ -65,8 +68,8 @@ Status Worker::op_HostFunc(const RingCall& c) {
   auto* w = reinterpret_cast<HostFuncWords*>(region_.heap() + a.words);  // check_entry: in the heap, aligned
   const uint64_t ticket = a.ticket;
   backend_.host_callback(c.e.stream, [w, ticket] { w->reached.store(ticket, std::memory_order_release); });
-  c.rs.hold = w;
-  c.rs.hold_ticket = ticket;
+  c.rs.hold_ticket.store(ticket, std::memory_order_relaxed);
+  c.rs.hold.store(w, std::memory_order_release);  // before the head passes it (poll_ring)
   return Status::kSuccess;
 }
 

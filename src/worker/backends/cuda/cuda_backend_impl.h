@@ -56,6 +56,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -300,6 +301,8 @@ class CudaBackend final : public Backend {
   std::vector<Device> devices_;  // by guest device index; never resized
 
   std::mutex mu_;
+  // Launches hold it shared while in the driver, outside mu_; unloading a module takes it.
+  std::shared_mutex unload_mu_;
   std::atomic<bool> lost_{false};  // a kernel fault ended a device's context (a sticky error)
   // Guarded by mu_; by stream id, [d] = device d's legacy stream.
   std::vector<StreamEntry> streams_ = std::vector<StreamEntry>(kMaxStreams);

@@ -48,6 +48,7 @@ Status CudaBackend::module_load(uint32_t module, std::span<const std::byte> imag
 
 Status CudaBackend::module_unload(uint32_t module) {
   if (module == 0) return Status::kInvalidResourceHandle;  // the built-in kernels stay
+  std::unique_lock unload(unload_mu_);  // no launch of its kernels is in the driver
   std::lock_guard lk(mu_);
   auto it = modules_.find(module);
   if (it == modules_.end()) return Status::kInvalidResourceHandle;

@@ -2,20 +2,29 @@
 // `ordo-worker --backend null`) and is the base of the fuzzer's checking
 // backend. Fences and event waits run their callback inline, so ring.completed
 // advances as soon as a fence is dispatched.
+//
+// `launch_ns` is a cost model: each launch keeps its caller busy that long, as
+// a driver launch keeps the thread that calls cuLaunchKernel (a few
+// microseconds of CPU time), so that dispatch-thread scaling shows without a
+// GPU (bench_ordo's LaunchCost rows, `ordo-worker --null-launch-ns`).
 #pragma once
 
 #include "worker/backend.h"
+#include "worker/clock.h"
 
 namespace ordo {
 
 class NullBackend : public Backend {
  public:
-  explicit NullBackend(uint32_t devices = 1) : devices_(devices) {}
+  explicit NullBackend(uint32_t devices = 1, uint64_t launch_ns = 0) : devices_(devices), launch_ns_(launch_ns) {}
   std::string_view name() const override { return "null"; }
   uint32_t device_count() const override { return devices_; }
   Status stream_create(uint32_t, uint32_t, bool, int) override { return Status::kSuccess; }
   Status stream_destroy(uint32_t) override { return Status::kSuccess; }
-  Status launch(uint32_t, const LaunchParams&, const OpTag&) override { return Status::kSuccess; }
+  Status launch(uint32_t, const LaunchParams&, const OpTag&) override {
+    if (launch_ns_) busy(launch_ns_);
+    return Status::kSuccess;
+  }
   Status memcpy(uint32_t, MemOperand, MemOperand, uint64_t, const OpTag&) override { return Status::kSuccess; }
   Status memset(uint32_t, uint64_t, uint8_t, uint64_t, const OpTag&) override { return Status::kSuccess; }
   Status event_create(uint32_t, uint32_t, uint32_t) override { return Status::kSuccess; }
@@ -53,7 +62,14 @@ class NullBackend : public Backend {
   }
 
  private:
+  // Spins rather than sleeps: a driver launch is CPU work, not a wait.
+  static void busy(uint64_t ns) {
+    for (const uint64_t end = now_ns() + ns; now_ns() < end;) {
+    }
+  }
+
   uint32_t devices_;
+  uint64_t launch_ns_;
   uint64_t next_ = 0x7000'0000'0000;
 };
 
