@@ -1,7 +1,10 @@
 // Native CUDA against the same work remoted through ordo, on this machine's GPU.
 //
-//   Launch/{Native,Remote}      launches of an empty kernel, 1 and 4 threads
+//   Launch/{Native,Remote}      launches of an empty kernel, 1, 4 and 16 threads
 //                               (each its own non-blocking stream): enqueue rate
+//   Launch/RemoteOneDispatch    the same through a second worker with one
+//                               dispatch thread (--dispatch-threads 1): the
+//                               baseline of the default's several, in one run
 //   LaunchSync/{Native,Remote}  one empty launch then cudaStreamSynchronize: latency
 //   SyncIdle/{Native,Remote}    cudaStreamSynchronize on an idle stream
 //   Copy/{Native,Remote}/{H2D,D2H}/{Pageable,Pinned}/bytes
@@ -48,7 +51,9 @@ void* g_pageable = nullptr;
 
 // Remoted state.
 std::unique_ptr<ordo::Client> g_client;
+std::unique_ptr<ordo::Client> g_client1;  // the worker with one dispatch thread
 uint32_t g_remote_noop = 0;
+uint32_t g_remote1_noop = 0;
 uint64_t g_remote_dev = 0;
 void* g_remote_pinned = nullptr;
 
@@ -72,7 +77,9 @@ void remote_check(ordo::Status s, const char* what) {
 
 class Worker {
  public:
-  bool start(std::string* err) {
+  // `tag` names the region; `extra`: more ordo-worker arguments.
+  bool start(std::string* err, const char* tag = "", const char* size = kRegionSize,
+             std::vector<std::string> extra = {}) {
     const char* env = std::getenv("ORDO_WORKER");
     std::string exe = env ? env : "";
     if (exe.empty()) {
@@ -80,7 +87,7 @@ class Worker {
       auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
       exe = (self.parent_path().parent_path() / "src/worker/ordo-worker").string();
     }
-    region_ = "/dev/shm/ordo-bench-cuda-" + std::to_string(getpid());
+    region_ = "/dev/shm/ordo-bench-cuda-" + std::to_string(getpid()) + tag;
     log_ = region_ + ".log";
     const std::string ready = region_ + ".ready";
     unlink(ready.c_str());
@@ -88,8 +95,12 @@ class Worker {
     if (pid_ == 0) {
       int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       if (fd >= 0) dup2(fd, 2);
-      execl(exe.c_str(), exe.c_str(), "--region", region_.c_str(), "--size", kRegionSize, "--backend", "cuda",
-            "--ready-file", ready.c_str(), static_cast<char*>(nullptr));
+      std::vector<std::string> args = {exe, "--region", region_, "--size", size, "--backend", "cuda", "--ready-file", ready};
+      args.insert(args.end(), extra.begin(), extra.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(exe.c_str(), argv.data());
       _exit(127);
     }
     for (int i = 0; i < 3000; ++i) {  // pinning a 1 GiB region takes a moment
@@ -136,12 +147,15 @@ void Launch_Native(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+template <bool one_dispatch>
 void Launch_Remote(benchmark::State& state) {
+  ordo::Client& c = one_dispatch ? *g_client1 : *g_client;
+  const uint32_t k = one_dispatch ? g_remote1_noop : g_remote_noop;
   ordo::Stream s;
-  remote_check(g_client->stream_create(&s, ordo::kStreamNonBlocking), "stream_create");
-  for (auto _ : state) remote_check(g_client->launch(g_remote_noop, {1}, {1}, nullptr, 0, s), "launch");
-  remote_check(g_client->stream_synchronize(s), "stream_synchronize");
-  remote_check(g_client->stream_destroy(s), "stream_destroy");
+  remote_check(c.stream_create(&s, ordo::kStreamNonBlocking), "stream_create");
+  for (auto _ : state) remote_check(c.launch(k, {1}, {1}, nullptr, 0, s), "launch");
+  remote_check(c.stream_synchronize(s), "stream_synchronize");
+  remote_check(c.stream_destroy(s), "stream_destroy");
   state.SetItemsProcessed(state.iterations());
 }
 
@@ -221,9 +235,11 @@ void Copy_Remote(benchmark::State& state) {
 }
 
 void register_all() {
-  for (int threads : {1, 4}) {
+  for (int threads : {1, 4, 16}) {
     benchmark::RegisterBenchmark("Launch/Native", Launch_Native)->Threads(threads)->UseRealTime()->MinTime(0.5);
-    benchmark::RegisterBenchmark("Launch/Remote", Launch_Remote)->Threads(threads)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("Launch/Remote", Launch_Remote<false>)->Threads(threads)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("Launch/RemoteOneDispatch", Launch_Remote<true>)
+        ->Threads(threads)->UseRealTime()->MinTime(0.5);
   }
   benchmark::RegisterBenchmark("LaunchSync/Native", LaunchSync_Native)->UseRealTime()->MinTime(0.3);
   benchmark::RegisterBenchmark("LaunchSync/Remote", LaunchSync_Remote)->UseRealTime()->MinTime(0.3);
@@ -281,6 +297,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   remote_check(g_client->kernel_lookup("ordo_noop", &g_remote_noop), "kernel_lookup ordo_noop");
+  Worker worker1;
+  if (!worker1.start(&err, "-one", "64M", {"--dispatch-threads", "1"})) {
+    std::fprintf(stderr, "bench_cuda: %s\n", err.c_str());
+    return 1;
+  }
+  g_client1 = ordo::Client::attach(worker1.region(), &err);
+  if (!g_client1) {
+    std::fprintf(stderr, "bench_cuda: attach: %s\n", err.c_str());
+    return 1;
+  }
+  remote_check(g_client1->kernel_lookup("ordo_noop", &g_remote1_noop), "kernel_lookup ordo_noop");
   remote_check(g_client->malloc(&g_remote_dev, kMaxCopy), "malloc");
   remote_check(g_client->malloc_host(&g_remote_pinned, kMaxCopy), "malloc_host");
   std::memset(g_remote_pinned, 1, kMaxCopy);
@@ -292,6 +319,7 @@ int main(int argc, char** argv) {
   g_client->free_host(g_remote_pinned);
   g_client->free(g_remote_dev);
   g_client.reset();
+  g_client1.reset();
   cudaFreeHost(g_pinned);
   cudaFree(g_dev);
   std::free(g_pageable);

@@ -227,7 +227,9 @@ void Worker::serve_lane(Lane& lane, std::stop_token stop) {
     parked_lanes_.fetch_add(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!pause_.load(std::memory_order_relaxed) && !(serving && poll_lane(lane))) {
-      futex_wait(lane.parked, 1, waiting ? backoff : opt_.max_sleep);
+      // Without a session only pause_lanes() (attach) has work for it.
+      const std::chrono::microseconds limit = !serving ? std::chrono::seconds(1) : waiting ? backoff : opt_.max_sleep;
+      futex_wait(lane.parked, 1, limit);
       if (waiting) backoff = std::min(backoff * 2, opt_.max_sleep);
     }
     if (lane.parked.exchange(0, std::memory_order_relaxed) == 1) parked_lanes_.fetch_sub(1, std::memory_order_relaxed);

@@ -25,18 +25,21 @@ def main():
         if b.get("run_type") == "aggregate" or b.get("error_occurred"):
             continue
         name = b["name"]
-        side = "Native" if "/Native" in name else "Remote" if "/Remote" in name else None
+        side = ("Native" if "/Native" in name else "RemoteOneDispatch" if "/RemoteOneDispatch" in name
+                else "Remote" if "/Remote" in name else None)
         if side is None:
             continue
         key = name.replace("/" + side, "").replace("/real_time", "")
         rows.setdefault(key, {})[side] = metric(b)
-    print(f"{'benchmark':44} {'native':>12} {'ordo':>12}  unit          ordo/native")
+    # RemoteOneDispatch: ordo with one dispatch thread, the baseline of the
+    # default's several (launch rows only).
+    print(f"{'benchmark':44} {'native':>12} {'ordo':>12} {'ordo, 1 disp':>12}  unit          ordo/native  1 disp/native")
     for key, sides in rows.items():
-        n, r = sides.get("Native"), sides.get("Remote")
-        unit = (n or r)[1]
-        ratio = f"{r[0] / n[0]:.2f}" if n and r and n[0] else "-"
+        n, r, one = sides.get("Native"), sides.get("Remote"), sides.get("RemoteOneDispatch")
+        unit = (n or r or one)[1]
+        ratio = lambda v: f"{v[0] / n[0]:.2f}" if n and v and n[0] else "-"
         fmt = lambda v: f"{v[0]:12.3f}" if v else f"{'-':>12}"
-        print(f"{key:44} {fmt(n)} {fmt(r)}  {unit:13} {ratio}")
+        print(f"{key:44} {fmt(n)} {fmt(r)} {fmt(one)}  {unit:13} {ratio(r):11}  {ratio(one)}")
 
 
 if __name__ == "__main__":
