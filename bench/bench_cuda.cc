@@ -284,30 +284,20 @@ int main(int argc, char** argv) {
   std::memset(g_pageable, 1, kMaxCopy);  // fault it in before timing
   std::memset(g_pinned, 1, kMaxCopy);
 
-  // Remoted side.
-  Worker worker;
+  // Remoted side: the default worker, and one with a single dispatch thread.
+  Worker worker, worker1;
   std::string err;
-  if (!worker.start(&err)) {
+  auto connect = [&](Worker& w, std::unique_ptr<ordo::Client>* client, uint32_t* noop) {
+    *client = ordo::Client::attach(w.region(), &err);
+    if (!*client) return false;
+    remote_check((*client)->kernel_lookup("ordo_noop", noop), "kernel_lookup ordo_noop");
+    return true;
+  };
+  if (!worker.start(&err) || !connect(worker, &g_client, &g_remote_noop) ||
+      !worker1.start(&err, "-one", "64M", {"--dispatch-threads", "1"}) || !connect(worker1, &g_client1, &g_remote1_noop)) {
     std::fprintf(stderr, "bench_cuda: %s\n", err.c_str());
     return 1;
   }
-  g_client = ordo::Client::attach(worker.region(), &err);
-  if (!g_client) {
-    std::fprintf(stderr, "bench_cuda: attach: %s\n", err.c_str());
-    return 1;
-  }
-  remote_check(g_client->kernel_lookup("ordo_noop", &g_remote_noop), "kernel_lookup ordo_noop");
-  Worker worker1;
-  if (!worker1.start(&err, "-one", "64M", {"--dispatch-threads", "1"})) {
-    std::fprintf(stderr, "bench_cuda: %s\n", err.c_str());
-    return 1;
-  }
-  g_client1 = ordo::Client::attach(worker1.region(), &err);
-  if (!g_client1) {
-    std::fprintf(stderr, "bench_cuda: attach: %s\n", err.c_str());
-    return 1;
-  }
-  remote_check(g_client1->kernel_lookup("ordo_noop", &g_remote1_noop), "kernel_lookup ordo_noop");
   remote_check(g_client->malloc(&g_remote_dev, kMaxCopy), "malloc");
   remote_check(g_client->malloc_host(&g_remote_pinned, kMaxCopy), "malloc_host");
   std::memset(g_remote_pinned, 1, kMaxCopy);

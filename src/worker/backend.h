@@ -1,6 +1,10 @@
 // What the worker drives: CUDA-like devices with streams, events and memory.
-// The worker calls a backend from its one dispatch thread, in an order that
-// already respects the guest's ordering (edges). A backend only has to keep CUDA's
+// The worker calls a backend from its dispatch threads (one per ring, several
+// per session: ARCHITECTURE.md, "Dispatch threads"), in an order that already
+// respects the guest's ordering (edges): any method may be called from several
+// threads at once; one stream's work (launch, copies, records, waits, host
+// callbacks, its destroy) comes from one of them, while stream_notify and the
+// event queries may come from another. A backend only has to keep CUDA's
 // own semantics for the calls it is given: stream FIFO, events (waited on by
 // streams of any device), each device's legacy default stream (stream id ==
 // device) synchronizing with that device's blocking streams, and never block
