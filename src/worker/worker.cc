@@ -124,10 +124,10 @@ bool Worker::poll_lane(Lane& lane) {
         if (rs.staged || rs.reader.published(rs.head.load(std::memory_order_relaxed), &word)) progressed |= poll_ring(r, lane);
       } else if (lane.index == 0 && lanes_[owner]->parked.load(std::memory_order_relaxed) &&
                  rs.reader.published(rs.head.load(std::memory_order_acquire), &word) && !rs.held()) {
-        // Lane 0 sees every ring: work for a parked lane wakes it (the lane
-        // fenced between parking and its last look; so do we, between the
-        // entry we saw and its parked flag).
-        std::atomic_thread_fence(std::memory_order_seq_cst);
+        // Lane 0 sees every ring: work for a parked lane wakes it. A lane that
+        // parks just as the entry arrives is seen parked on a later pass, at
+        // the latest on the one after lane 0 announces its own sleep, which
+        // waits for every lane to park.
         wake_lane(*lanes_[owner]);
       }
     }
