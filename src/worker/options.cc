@@ -45,17 +45,6 @@ void usage(FILE* f) {
                "                  CUdevice_attribute) as key=value lines and exit\n");
 }
 
-bool parse_sim_devices(const std::string& v, BackendOptions* b) {
-  char* end = nullptr;
-  const unsigned long n = std::strtoul(v.c_str(), &end, 10);
-  if (v.empty() || *end || n == 0 || n > kMaxDevices) {
-    std::fprintf(stderr, "ordo-worker: --sim-devices %s: a number from 1 to %u\n", v.c_str(), kMaxDevices);
-    return false;
-  }
-  b->sim_devices = uint32_t(n);
-  return true;
-}
-
 bool parse_count(const char* what, const std::string& v, uint64_t lo, uint64_t hi, uint64_t* out) {
   char* end = nullptr;
   const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
@@ -139,7 +128,9 @@ bool parse_command_line(int argc, char** argv, CommandLine* out, int* exit_code)
     else if (a == "--device-info") c.device_info = true;
     else if (a == "--device") c.info_device = uint32_t(std::strtoul(value().c_str(), nullptr, 0));
     else if (a == "--sim-devices") {
-      if (!parse_sim_devices(value(), &c.bopt)) return false;
+      uint64_t n;
+      if (!parse_count("--sim-devices", value(), 1, kMaxDevices, &n)) return false;
+      c.bopt.sim_devices = uint32_t(n);
     }
     else if (a == "--dispatch-threads") {
       uint64_t n;
