@@ -179,6 +179,19 @@ void Worker::resume_lanes() {
   pause_.notify_all();
 }
 
+void Worker::start_lanes() {
+  // Without threads to spare, lane 0 serves every ring. Set before they
+  // start, which orders it before their reads; no session is served yet, so
+  // lanes that started before a failure did nothing.
+  threads_running_ = lanes_.size() > 1;
+  try {
+    for (size_t i = 1; i < lanes_.size(); ++i)
+      lane_threads_.emplace_back([this, &lane = *lanes_[i]](std::stop_token st) { serve_lane(lane, st); });
+  } catch (const std::system_error&) {
+    stop_lanes();
+  }
+}
+
 void Worker::stop_lanes() {
   for (auto& t : lane_threads_) t.request_stop();
   for (size_t i = 1; i < lanes_.size(); ++i) wake_lane(*lanes_[i]);
@@ -259,16 +272,7 @@ void Worker::run(DoorbellWaiter* doorbell) {
   } catch (const std::system_error&) {
     // No thread to spare (a thread limit): the loop below beats instead.
   }
-  // The extra lanes; without threads to spare, lane 0 serves every ring. Set
-  // before they start, which orders it before their reads; no session is
-  // served yet, so lanes that started before a failure did nothing.
-  threads_running_ = lanes_.size() > 1;
-  try {
-    for (size_t i = 1; i < lanes_.size(); ++i)
-      lane_threads_.emplace_back([this, &lane = *lanes_[i]](std::stop_token st) { serve_lane(lane, st); });
-  } catch (const std::system_error&) {
-    stop_lanes();
-  }
+  start_lanes();
   uint64_t idle_since = 0;
   uint64_t last_beat = 0;
   uint32_t pass = 0;

@@ -200,6 +200,7 @@ class Worker {
   // Stops the extra lanes between passes (attach and reset change ring state), and lets them go.
   void pause_lanes();
   void resume_lanes();
+  void start_lanes();  // the extra lanes' threads (run())
   void stop_lanes();  // joins them; lane 0 serves every ring again
   void beat(std::stop_token stop);  // the heartbeat thread
   Status stream_of(const Entry& e, uint32_t ring) const;
