@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -429,6 +431,62 @@ TEST(Region, CreateThenMapAndValidate) {
   EXPECT_EQ(guest->heap()[100], std::byte{0x5a});
   guest->ring(3).head.store(77);
   EXPECT_EQ(host->ring(3).head.load(), 77u);
+}
+
+// Mapped pinned memory needs the guest's part of the region at the worker's
+// address (Session: RegionHeader::mapped_base).
+TEST(Region, RebaseMapsTheSameBytesAtTheGivenAddressOrSaysWhyNot) {
+  TempRegion f("rebase");
+  std::string err;
+  const uint32_t parts = 2;
+  auto part0 = Region::create(f.path, default_layout(MiB), &err, 0, parts);
+  ASSERT_TRUE(part0) << err;
+  auto part1 = Region::create(f.path, default_layout(MiB), &err, 1, parts);
+  ASSERT_TRUE(part1) << err;
+  auto whole = Region::map(f.path, &err);
+  ASSERT_TRUE(whole && whole->validate(&err)) << err;
+  auto guest = whole->partition(1, &err);
+  ASSERT_TRUE(guest) << err;
+  // In this process part 1 is mapped twice already; a free address is found
+  // by reserving (and releasing) one.
+  void* hole = ::mmap(nullptr, MiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(hole, MAP_FAILED);
+  ::munmap(hole, MiB);
+  ASSERT_TRUE(guest->rebase(uint64_t(uintptr_t(hole)), &err)) << err;
+  EXPECT_EQ(guest->base(), static_cast<std::byte*>(hole));
+  part1->heap()[10] = std::byte{0x42};
+  EXPECT_EQ(guest->heap()[10], std::byte{0x42}) << "part 1's bytes, not part 0's";
+  guest->heap()[11] = std::byte{0x43};
+  EXPECT_EQ(part1->heap()[11], std::byte{0x43});
+  whole.reset();  // the part keeps its own mapping
+  EXPECT_EQ(guest->header()->partition, 1u);
+
+  // At the address of a mapping of the same bytes in this process (a worker
+  // in the guest's process): that mapping is shared.
+  auto again = Region::map(f.path, &err);
+  ASSERT_TRUE(again && again->validate(&err)) << err;
+  auto other = again->partition(1, &err);
+  ASSERT_TRUE(other) << err;
+  ASSERT_TRUE(other->rebase(uint64_t(uintptr_t(part1->base())), &err)) << err;
+  EXPECT_EQ(other->base(), part1->base());
+
+  // Over anything else mapped there: refused, naming the address, and the
+  // region stays where it was.
+  void* taken = ::mmap(nullptr, MiB, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(taken, MAP_FAILED);
+  std::byte* before = other->base();
+  EXPECT_FALSE(other->rebase(uint64_t(uintptr_t(taken)), &err));
+  EXPECT_NE(err.find("in use"), std::string::npos) << err;
+  EXPECT_EQ(other->base(), before);
+  ::munmap(taken, MiB);
+  // Part 0's bytes at part 1's address are not part 1's: not shared, and the
+  // range is in use.
+  auto third = Region::map(f.path, &err);
+  ASSERT_TRUE(third && third->validate(&err)) << err;
+  auto p0 = third->partition(0, &err);
+  ASSERT_TRUE(p0) << err;
+  EXPECT_FALSE(p0->rebase(uint64_t(uintptr_t(part1->base())), &err));
+  EXPECT_NE(err.find("in use"), std::string::npos) << err;
 }
 
 TEST(Region, CreateResetsAnExistingFileOfTheSameSize) {

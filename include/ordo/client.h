@@ -106,6 +106,10 @@ class Client {
   Status malloc_host(void** ptr, uint64_t size);
   Status free_host(void* ptr);
   bool is_pinned(const void* p, uint64_t size) const;
+  // Whether kernels can take pinned pointers as device pointers, at the same
+  // address (CUDA's mapped pinned memory under unified addressing): the guest
+  // maps the region where the worker does. If not, *why says why.
+  bool pinned_is_mapped(std::string* why = nullptr) const;
   Status memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, Stream s);
   Status memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s);  // pageable dst: returns when done
   Status memcpy_d2d_async(uint64_t dst, uint64_t src, uint64_t size, Stream s);

@@ -25,7 +25,7 @@ namespace ordo {
 
 inline constexpr size_t kCacheLine = 64;
 inline constexpr uint64_t kMagic = 0x314745524f44524fULL;  // "ORDOREG1"
-inline constexpr uint32_t kLayoutVersion = 8;
+inline constexpr uint32_t kLayoutVersion = 9;
 inline constexpr uint32_t kMaxRings = 256;
 inline constexpr uint32_t kMaxSlots = 256;
 inline constexpr uint32_t kMaxEdges = 4;
@@ -169,6 +169,11 @@ struct RegionHeader {
   std::atomic<uint32_t> ivshmem_peer;                      // ivshmem-server peer id + 1 to ring in a VM; 0: none
   std::atomic<int32_t> sticky_error;                       // a kernel fault ended the session's context (Status)
   std::atomic<uint32_t> device_count;                      // devices the session sees (<= kMaxDevices); set before attaching
+  // The worker's address of this part, where its kernels can reach the part's
+  // bytes (mapped pinned memory under unified addressing); 0: they cannot. A
+  // guest that maps the part at this address gets pinned pointers that are
+  // also device pointers, as natively. Set before attaching.
+  std::atomic<uint64_t> mapped_base;
   // Guest-written.
   alignas(kCacheLine) std::atomic<uint64_t> slot_posted[kMaxSlots / 64];  // bit s: slot s has a new request
   std::atomic<uint64_t> guest_session;                      // the attached guest's random id; 0 on detach

@@ -26,6 +26,12 @@ class Region {
   // After validate() on the whole mapping: part `k` of it, validated in turn,
   // as a region of its own (sharing the mapping).
   std::unique_ptr<Region> partition(uint32_t k, std::string* error) const;
+  // Maps the same bytes again at `address` (never over anything mapped there)
+  // and moves this region there, so that its pointers equal the worker's
+  // (RegionHeader::mapped_base). In a process that already maps these bytes
+  // at `address` (a worker in the same process), shares that mapping. Call it
+  // before anything holds a pointer into the region.
+  bool rebase(uint64_t address, std::string* error);
 
   ~Region();
   Region(const Region&) = delete;
@@ -53,14 +59,16 @@ class Region {
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  struct Mapping;  // how the bytes are mapped (region.cc)
+
  private:
-  struct Mapping;
   Region() = default;
   static std::unique_ptr<Region> map_range(const std::string& path, uint64_t offset, uint64_t size,
                                            std::string* error);
   bool check_header(uint64_t part_size, uint32_t part, std::string* error);
   std::shared_ptr<Mapping> mapping_;
   char* base_ = nullptr;
+  uint64_t offset_ = 0;  // of base_ in the file
   uint32_t partitions_ = 1;
   uint64_t size_ = 0;
   Layout layout_{};

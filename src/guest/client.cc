@@ -130,6 +130,10 @@ Status Client::free(uint64_t device_addr) { return core_->memory.free(device_add
 Status Client::malloc_host(void** ptr, uint64_t size) { return core_->memory.malloc_host(ptr, size); }
 Status Client::free_host(void* ptr) { return core_->memory.free_host(ptr); }
 bool Client::is_pinned(const void* p, uint64_t size) const { return core_->heap.contains(p, size); }
+bool Client::pinned_is_mapped(std::string* why) const {
+  if (why) *why = core_->session.unmapped_why();
+  return core_->session.host_mapped();
+}
 Status Client::memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, Stream s) {
   return core_->copies.h2d_async(dst, src, size, s);
 }

@@ -149,8 +149,23 @@ std::unique_ptr<Region> Session::claim(const std::string& spec, std::string* err
   return region;
 }
 
+namespace {
+
+// Under unified addressing a pinned pointer is a device pointer too: with the
+// part mapped where the worker maps it, kernels can take pinned pointers. If
+// that cannot be, the session still works, without mapped pinned memory.
+std::unique_ptr<Region> map_as_worker(std::unique_ptr<Region> region, std::string* unmapped_why) {
+  const uint64_t at = region->header()->mapped_base.load(std::memory_order_acquire);
+  if (!at) *unmapped_why = "the worker's backend cannot map host memory for kernels (ordo-worker --backend cuda "
+                           "without mapped registration of the region)";
+  else region->rebase(at, unmapped_why);
+  return region;
+}
+
+}  // namespace
+
 Session::Session(std::unique_ptr<Region> region, ClientOptions options, uint64_t session)
-    : region_(std::move(region)),
+    : region_(map_as_worker(std::move(region), &unmapped_why_)),
       opt_(options),
       bell_(region_->path(), region_->header()),
       worker_session_(region_->header()->session),

@@ -43,6 +43,10 @@ class Session {
   const Layout& layout() const { return region_->layout(); }
   const ClientOptions& options() const { return opt_; }
   uint32_t device_count() const { return device_count_; }
+  // Whether pinned heap pointers are device pointers (mapped pinned memory);
+  // if not, why not.
+  bool host_mapped() const { return unmapped_why_.empty(); }
+  const std::string& unmapped_why() const { return unmapped_why_; }
   // The worker died or dropped this session: every call fails with kDevicesUnavailable.
   bool lost() const { return lost_.load(std::memory_order_relaxed); }
   // The kernel fault that ended this session's device context, or kSuccess.
@@ -73,6 +77,7 @@ class Session {
  private:
   bool worker_alive() const;
 
+  std::string unmapped_why_;  // before region_: set while it is initialized
   std::unique_ptr<Region> region_;
   const ClientOptions opt_;
   WorkerBell bell_;

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,7 +13,9 @@
 #include <vector>
 #include <boost/interprocess/mapped_region.hpp>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <random>
 
@@ -20,14 +23,64 @@ namespace ordo {
 
 namespace bip = boost::interprocess;
 
+// A mapping of file bytes [offset, offset + size) at `base`: boost's, or a
+// plain mmap at a chosen address (rebase()). Every live one is listed, so a
+// guest in the worker's own process can find the worker's.
 struct Region::Mapping {
   bip::file_mapping file;
   bip::mapped_region region;
+  void* fixed = nullptr;  // rebase()'s mapping, unmapped here
+  char* base = nullptr;
+  uint64_t size = 0, offset = 0;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  ~Mapping() {
+    if (fixed) ::munmap(fixed, size);
+  }
 };
 
 Region::~Region() = default;
 
 namespace {
+
+struct MappingList {
+  std::mutex mu;
+  std::vector<std::weak_ptr<Region::Mapping>> live;
+};
+MappingList& mappings() {
+  static auto* list = new MappingList();  // never destroyed: regions may outlive static destructors
+  return *list;
+}
+
+bool identify(const std::string& path, Region::Mapping* m) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  m->dev = st.st_dev;
+  m->ino = st.st_ino;
+  return true;
+}
+
+void list_mapping(const std::shared_ptr<Region::Mapping>& m) {
+  MappingList& l = mappings();
+  std::lock_guard lock(l.mu);
+  std::erase_if(l.live, [](const auto& w) { return w.expired(); });
+  l.live.push_back(m);
+}
+
+// A live mapping of the file `like` names that holds file bytes [offset,
+// offset + size) at `address`.
+std::shared_ptr<Region::Mapping> find_mapping(const Region::Mapping& like, uint64_t offset, uint64_t size,
+                                              uint64_t address) {
+  MappingList& l = mappings();
+  std::lock_guard lock(l.mu);
+  for (const auto& w : l.live) {
+    auto m = w.lock();
+    if (m && m->dev == like.dev && m->ino == like.ino && offset >= m->offset && size <= m->size &&
+        offset - m->offset <= m->size - size && uint64_t(uintptr_t(m->base)) + (offset - m->offset) == address)
+      return m;
+  }
+  return nullptr;
+}
 
 std::unique_ptr<Region> fail(std::string* error, std::string msg) {
   if (error) *error = std::move(msg);
@@ -37,6 +90,12 @@ std::unique_ptr<Region> fail(std::string* error, std::string msg) {
 bool failed(std::string* error, std::string msg) {
   fail(error, std::move(msg));
   return false;
+}
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
+  return buf;
 }
 
 uint64_t random_session() {
@@ -57,12 +116,53 @@ std::unique_ptr<Region> Region::map_range(const std::string& path, uint64_t offs
     m->region = bip::mapped_region(m->file, bip::read_write, bip::offset_t(offset), size);
     r->base_ = static_cast<char*>(m->region.get_address());
     r->size_ = m->region.get_size();
+    r->offset_ = offset;
+    m->base = r->base_;
+    m->size = r->size_;
+    m->offset = offset;
+    if (identify(path, m.get())) list_mapping(m);
     r->mapping_ = std::move(m);
   } catch (const bip::interprocess_exception& e) {
     return fail(error, "cannot map region " + path + ": " + e.what() + " (need read-write access)");
   }
   r->path_ = path;
   return r;
+}
+
+bool Region::rebase(uint64_t address, std::string* error) {
+  if (address == uint64_t(uintptr_t(base_))) return true;
+  auto bad = [&](const std::string& why) {
+    return failed(error, "cannot map region " + path_ + " at 0x" + hex(address) + ", the worker's address: " + why);
+  };
+  Mapping id;
+  if (!identify(path_, &id)) return bad(std::strerror(errno));
+  if (auto shared = find_mapping(id, offset_, size_, address)) {  // the worker's, in this process
+    mapping_ = std::move(shared);
+    base_ = reinterpret_cast<char*>(uintptr_t(address));
+    return true;
+  }
+  const int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return bad(std::strerror(errno));
+  void* p = ::mmap(reinterpret_cast<void*>(uintptr_t(address)), size_, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_FIXED_NOREPLACE, fd, off_t(offset_));
+  const int saved = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) return bad(saved == EEXIST ? "that range is in use in this process" : std::strerror(saved));
+  if (p != reinterpret_cast<void*>(uintptr_t(address))) {  // a kernel before 4.17 takes the address as a hint
+    ::munmap(p, size_);
+    return bad("the kernel placed it elsewhere");
+  }
+  auto m = std::make_shared<Mapping>();
+  m->fixed = p;
+  m->base = static_cast<char*>(p);
+  m->size = size_;
+  m->offset = offset_;
+  m->dev = id.dev;
+  m->ino = id.ino;
+  list_mapping(m);
+  mapping_ = std::move(m);
+  base_ = static_cast<char*>(p);
+  return true;
 }
 
 std::unique_ptr<Region> Region::map(const std::string& path, std::string* error) {
@@ -167,6 +267,7 @@ std::unique_ptr<Region> Region::partition(uint32_t k, std::string* error) const 
   r->path_ = path_;
   r->size_ = size_ / partitions_;
   r->base_ = base_ + r->size_ * k;
+  r->offset_ = offset_ + r->size_ * k;
   r->partitions_ = partitions_;
   if (!r->check_header(r->size_, k, error)) return nullptr;
   return r;

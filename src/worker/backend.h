@@ -150,8 +150,10 @@ class Backend {
 
   // Host memory the worker will pass as MemOperand host pointers (the shared
   // region), told once before any copy. The cuda backend pins it so copies DMA
-  // straight from it, and rejects host operands outside it.
-  virtual void register_host_memory(void* /*base*/, uint64_t /*size*/) {}
+  // straight from it, and rejects host operands outside it. True: kernels can
+  // also reach it at these same addresses (mapped pinned memory under unified
+  // addressing), so the guest may hand them pinned pointers.
+  virtual bool register_host_memory(void* /*base*/, uint64_t /*size*/) { return false; }
 
  protected:
   void report(const OpTag& tag, Status s) {

@@ -63,9 +63,10 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
   if (opt_.trace) tracer_ = std::make_unique<Tracer>();
   backend_.set_error_sink([this](const OpTag& tag, Status s) { async_error(tag, s); });
   // Copies name host memory inside the region only; the cuda backend pins it.
-  backend_.register_host_memory(region_.base(), region_.size());
+  const bool mapped = backend_.register_host_memory(region_.base(), region_.size());
   RegionHeader* h = region_.header();
   h->heartbeat_ns.store(now_ns(), std::memory_order_relaxed);
+  h->mapped_base.store(mapped ? uint64_t(uintptr_t(region_.base())) : 0, std::memory_order_relaxed);
   h->device_count.store(devices_, std::memory_order_relaxed);  // published by the state below, before any attach
   h->worker_state.store(uint32_t(WorkerState::kServing), std::memory_order_release);
 }

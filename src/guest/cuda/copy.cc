@@ -20,6 +20,9 @@ CUresult copy(uint64_t dst, Side ds, uint64_t src, Side ss, size_t n, CUstream s
   ordo::Stream s = ordo::kLegacyStream;
   if (sync) s = per_thread ? c->per_thread_stream() : ordo::kLegacyStream;
   else if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  // A mapped pinned pointer passed as device memory is still the guest's host memory.
+  if (ds == Side::kDevice && mapped_host(c, dst, n)) ds = Side::kHost;
+  if (ss == Side::kDevice && mapped_host(c, src, n)) ss = Side::kHost;
   Status st;
   if (ds == Side::kDevice && ss == Side::kHost) {
     const void* from = reinterpret_cast<const void*>(src);

@@ -2,8 +2,11 @@
 // pointer attributes, and memsets.
 #include "forwarded.h"
 
+#include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <map>
+#include <string>
 #include <mutex>
 #include <vector>
 
@@ -37,6 +40,13 @@ CUresult memset_n(CUdeviceptr dst, uint32_t value, int width, size_t count, CUst
   ordo::Stream s = ordo::kLegacyStream;
   if (sync) s = per_thread ? c->per_thread_stream() : ordo::kLegacyStream;
   else if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (mapped_host(c, dst, uint64_t(count) * width)) {
+    // Mapped pinned memory is the guest's own: filled here once the stream gets there.
+    if (Status st = c->stream_order_wait(s); !ok(st)) return to_cu(st);
+    auto* p = reinterpret_cast<std::byte*>(dst);
+    for (size_t i = 0; i < count; ++i) std::memcpy(p + i * width, &value, width);
+    return CUDA_SUCCESS;
+  }
   const uint8_t b = uint8_t(value);
   bool uniform = true;
   for (int i = 1; i < width; ++i) uniform &= uint8_t(value >> (8 * i)) == b;
@@ -64,6 +74,10 @@ CUresult memset_2d(CUdeviceptr dst, size_t pitch, uint32_t value, int width, siz
 }
 
 }  // namespace
+
+bool mapped_host(ordo::Client* c, uint64_t p, uint64_t n) {
+  return c->is_pinned(reinterpret_cast<const void*>(p), n ? n : 1) && c->pinned_is_mapped();
+}
 
 // ================================================================ behind the exports (forwarders.txt)
 
@@ -156,10 +170,18 @@ CUresult CUDAAPI cuMemHostAlloc(void** ptr, size_t size, unsigned int flags) {
   if (!ptr) return CUDA_ERROR_INVALID_VALUE;
   constexpr unsigned kKnown = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
-  // Mapped memory would need the device to reach guest memory: not offered.
-  if (flags & CU_MEMHOSTALLOC_DEVICEMAP) return CUDA_ERROR_NOT_SUPPORTED;
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  // Under unified addressing every pinned allocation is mapped, DEVICEMAP or
+  // not; it takes the region mapped where the worker maps it (Client::pinned_is_mapped).
+  std::string why;
+  if ((flags & CU_MEMHOSTALLOC_DEVICEMAP) && !c->pinned_is_mapped(&why)) {
+    static std::atomic<bool> said;
+    if (!said.exchange(true))
+      std::fprintf(stderr, "ordo: cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP) is not supported in this session: %s\n",
+                   why.c_str());
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   const Status s = c->malloc_host(ptr, size);
   if (!ok(s)) return to_cu(s);
   HostRanges& h = host_allocs();
@@ -177,6 +199,16 @@ CUresult CUDAAPI cuMemFreeHost(void* ptr) {
   const Status s = c->free_host(ptr);
   if (ok(s)) host_allocs().erase(reinterpret_cast<uintptr_t>(ptr));
   return to_cu(s);
+}
+
+CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* out, void* ptr, unsigned int flags) {
+  if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  // Unified addressing: the device pointer is the host pointer.
+  if (!mapped_host(c, reinterpret_cast<uintptr_t>(ptr), 1)) return CUDA_ERROR_INVALID_VALUE;
+  *out = reinterpret_cast<uintptr_t>(ptr);
+  return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemHostGetFlags(unsigned int* flags, void* ptr) {
@@ -212,7 +244,8 @@ CUresult CUDAAPI cuMemHostUnregister(void* ptr) {
 
 CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
   if (!data) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   uint64_t base = 0, size = 0;
   int device = 0;  // the one it was allocated on (host memory: the allocating thread's)
   const bool dev = device_allocs().find(ptr, &base, &size, &device);
@@ -224,7 +257,7 @@ CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUd
       *static_cast<unsigned*>(data) = dev ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
       break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-      if (!dev) return CUDA_ERROR_INVALID_VALUE;  // host memory is not mapped into the device
+      if (!dev && !mapped_host(c, ptr, 1)) return CUDA_ERROR_INVALID_VALUE;  // registered memory is not mapped
       *static_cast<CUdeviceptr*>(data) = ptr;
       break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
@@ -236,7 +269,7 @@ CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUd
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = base; break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = base; break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = size; break;
-    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = dev || mapped_host(c, ptr, 1); break;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *static_cast<unsigned*>(data) = 1; break;
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }

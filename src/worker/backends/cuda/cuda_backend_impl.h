@@ -81,7 +81,7 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
   uint32_t device_count() const override { return uint32_t(devices_.size()); }
 
-  void register_host_memory(void* base, uint64_t size) override;
+  bool register_host_memory(void* base, uint64_t size) override;
 
   Status stream_create(uint32_t stream, uint32_t device, bool blocking, int priority) override;
 

@@ -9,20 +9,36 @@
 
 namespace ordo::cuda {
 
-void CudaBackend::register_host_memory(void* base, uint64_t size) {
-  if (!base || size == 0) return;
+bool CudaBackend::register_host_memory(void* base, uint64_t size) {
+  if (!base || size == 0) return false;
   bind(0);
   // Pinning lets copies DMA straight from the shared region. Without it they
   // still work, but pageable copies are staged by the driver and a D2H copy
   // into pageable memory holds the dispatch thread until it is done.
   // Portable: pinned for every device's context, not only the current one's.
-  cudaError_t e = cudaHostRegister(base, size, cudaHostRegisterPortable);
-  if (e != cudaSuccess) {
+  // Mapped: kernels reach it too, at the same address under unified
+  // addressing, which is what lets the guest's pinned pointers be device
+  // pointers (ordo's own libcuda.so.1 refuses it: the stacked pair's inner
+  // worker registers without).
+  cudaError_t e = cudaHostRegister(base, size, cudaHostRegisterPortable | cudaHostRegisterMapped);
+  bool mapped = e == cudaSuccess;
+  if (!mapped) {
     cudaGetLastError();  // not sticky: clear it so it is not reported later
+    e = cudaHostRegister(base, size, cudaHostRegisterPortable);
+  }
+  if (e != cudaSuccess) {
+    cudaGetLastError();
     log("cudaHostRegister of the shared region failed (%s): copies will be pageable and slower", cudaGetErrorName(e));
+  }
+  for (uint32_t d = 0; mapped && d < device_count(); ++d) {
+    bind(d);
+    void* dev = nullptr;
+    mapped = cudaHostGetDevicePointer(&dev, base, 0) == cudaSuccess && dev == base;
+    cudaGetLastError();
   }
   std::lock_guard lk(mu_);
   host_ranges_.push_back({reinterpret_cast<uintptr_t>(base), size, e == cudaSuccess});
+  return mapped;
 }
 
 Status CudaBackend::malloc(uint32_t device, uint64_t size, uint64_t* device_addr) {

@@ -131,6 +131,12 @@ class Device final : public Backend {
   // or an enabled peer's.
   bool reachable(uint32_t device, uint64_t addr) const;
 
+  // Kernels reach the shared region at the worker's own addresses, as a GPU
+  // reaches mapped pinned memory under unified addressing.
+  bool register_host_memory(void* base, uint64_t size) override;
+  // [addr, addr + bytes) as a pointer when it lies inside that memory, else null.
+  void* mapped_host(uint64_t addr, uint64_t bytes) const;
+
   Status kernel_lookup(uint32_t module, std::string_view name, uint32_t* kernel) override;
 
   // The attributes DeviceInfo carries, plus what identifies an H200 to libraries
@@ -200,6 +206,7 @@ class Device final : public Backend {
   std::vector<std::vector<std::shared_ptr<Stream>>> blocking_;  // guarded by mu_
   std::vector<bool> destroyed_blocking_;                       // guarded by mu_
   std::array<std::atomic<uint32_t>, kMaxDevices> peers_{};     // per device: bit p = may reach device p's memory
+  uint64_t host_base_ = 0, host_size_ = 0;                     // set before any work: register_host_memory
   std::unordered_map<uint32_t, Event> events_;     // guarded by mu_
   std::vector<Worker> workers_;                    // guarded by mu_
 

@@ -89,8 +89,21 @@ bool Device::reachable(uint32_t device, uint64_t addr) const {
   return owner == device || (owner < kMaxDevices && (peers_[device].load(std::memory_order_acquire) >> owner & 1));
 }
 
+bool Device::register_host_memory(void* base, uint64_t size) {
+  host_base_ = uint64_t(uintptr_t(base));
+  host_size_ = size;
+  return base && size;
+}
+
+void* Device::mapped_host(uint64_t addr, uint64_t bytes) const {
+  if (!host_size_ || addr < host_base_ || addr - host_base_ >= host_size_ || bytes > host_size_ - (addr - host_base_))
+    return nullptr;
+  return reinterpret_cast<void*>(uintptr_t(addr));
+}
+
 void* KernelContext::translate(uint64_t device_addr, uint64_t bytes) const {
   if (bytes == 0) return nullptr;  // nothing may be touched
+  if (void* p = dev_.mapped_host(device_addr, bytes)) return p;  // every device reaches mapped pinned memory
   void* p = nullptr;
   std::shared_ptr<const void> pin;
   if (!ok(dev_.lookup(device_addr, bytes, &p, &pin))) {
