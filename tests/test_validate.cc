@@ -22,6 +22,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "guest/testing.h"
@@ -134,21 +135,36 @@ Entry memcpy_entry(MemKind dst, uint64_t d, MemKind src, uint64_t s, uint64_t si
 Path other(Path p) { return p == Path::Ring ? Path::Slot : Path::Ring; }
 
 // One good entry of every op; for ops with arguments, several.
-Entry module_load_entry(uint64_t off, uint64_t size) {
+Entry module_load_entry(uint64_t off, uint64_t size, uint64_t sent = 0) {
   Entry e = entry(Op::ModuleLoad);
   e.arg[0] = off;
   e.arg[1] = size;
+  e.arg[2] = sent;
+  return e;
+}
+
+// A piece of a module image too large for one heap block, at `at` of the image.
+Entry module_chunk_entry(uint64_t off, uint64_t size, uint64_t at) {
+  Entry e = entry(Op::ModuleChunk);
+  e.arg[0] = off;
+  e.arg[1] = size;
+  e.arg[2] = at;
   return e;
 }
 
 std::vector<std::pair<std::string, Entry>> good_entries(const Layout& l) {
   std::vector<std::pair<std::string, Entry>> v;
   for (size_t i = 0; i < kOpCount; ++i)
-    v.push_back({std::string(kOps[i].name), Op(i) == Op::Launch       ? good_launch()
-                                            : Op(i) == Op::ModuleLoad ? module_load_entry(0, 1)
-                                                                      : entry(Op(i))});
+    v.push_back({std::string(kOps[i].name), Op(i) == Op::Launch        ? good_launch()
+                                            : Op(i) == Op::ModuleLoad  ? module_load_entry(0, 1)
+                                            : Op(i) == Op::ModuleChunk ? module_chunk_entry(0, 1, 0)
+                                                                       : entry(Op(i))});
   auto add = [&](std::string n, const Entry& e) { v.push_back({std::move(n), e}); };
   Entry e;
+  // Module image pieces: any offset in the image, up to kMaxModuleImage in all.
+  add("module chunk filling the heap", module_chunk_entry(0, l.heap_size, 0));
+  add("module chunk ending at kMaxModuleImage", module_chunk_entry(8, 16, kMaxModuleImage - 16));
+  add("module load ending at kMaxModuleImage", module_load_entry(l.heap_size - 16, 16, kMaxModuleImage - 16));
   add("launch", good_launch());
   e = good_launch();
   e.arg[4] = l.staging_per_ring - 16;
@@ -309,6 +325,18 @@ std::vector<BadCase> bad_entries(const Layout& l) {
       add(std::string(info(op).name) + " of device kMaxDevices", e, Path::Slot, Status::kInvalidDevice);
     }
     add("slot op ModuleLoad on a ring", module_load_entry(0, 1), Path::Ring);
+    // Pieces of an image: the same checks, and the image up to kMaxModuleImage in all.
+    for (auto [off, size, at] : {std::tuple{uint64_t{0}, uint64_t{0}, uint64_t{0}}, {h, uint64_t{1}, uint64_t{0}},
+                                 {h - 8, uint64_t{16}, uint64_t{64}}, {UINT64_MAX - 7, uint64_t{16}, uint64_t{64}},
+                                 {uint64_t{0}, uint64_t{16}, kMaxModuleImage - 15},
+                                 {uint64_t{0}, uint64_t{16}, kMaxModuleImage}, {uint64_t{0}, uint64_t{16}, UINT64_MAX - 7},
+                                 {uint64_t{0}, uint64_t{1}, UINT64_MAX}, {uint64_t{0}, kMaxModuleImage + 1, uint64_t{0}}}) {
+      const std::string where = " at " + std::to_string(off) + " size " + std::to_string(size) + " image offset " +
+                                std::to_string(at);
+      add("module chunk" + where, module_chunk_entry(off, size, at), Path::Slot);
+      if (at) add("module load's last piece" + where, module_load_entry(off, size, at), Path::Slot);
+    }
+    add("slot op ModuleChunk on a ring", module_chunk_entry(0, 1, 0), Path::Ring);
   }
   // Launch: argument bytes inside this ring's staging window.
   const uint64_t w = l.staging_per_ring;
@@ -478,6 +506,12 @@ TEST(CheckEntry, RandomEntriesThatPassAreSafeToUse) {
     }
     if (op == Op::Memset) {
       ASSERT_LE(e.arg[1], 0xffu);
+    }
+    if (op == Op::ModuleLoad || op == Op::ModuleChunk) {  // a piece in the heap, its image within the cap
+      ASSERT_GT(e.arg[1], 0u);
+      ASSERT_LE(e.arg[0], l.heap_size);
+      ASSERT_LE(e.arg[1], l.heap_size - e.arg[0]);
+      ASSERT_LE(e.arg[2], kMaxModuleImage - e.arg[1]);
     }
     if (op == Op::StreamCreate) {
       ASSERT_EQ(e.arg[0] & ~(kStreamNonBlocking | kStreamLegacy), 0u);
@@ -1381,8 +1415,64 @@ TEST_F(Hostile, ModuleOpsWithBadIdsSizesAndOffsets) {
   EXPECT_GT(dev.total_global_mem, 0u);
   // Module ops are sync calls, not ring entries.
   create_ring(R_);
-  for (Op op : {Op::ModuleLoad, Op::ModuleUnload, Op::DeviceInfo})
+  for (Op op : {Op::ModuleLoad, Op::ModuleChunk, Op::ModuleUnload, Op::DeviceInfo})
     expect_rejected(R_, entry(op), Status::kInvalidValue, std::string(info(op).name) + " on a ring");
+}
+
+// An image too large for one heap block comes in ModuleChunk pieces, which the
+// worker appends to the session's one pending image, and a ModuleLoad naming
+// how many bytes came before its own. A piece that does not continue the
+// pending image (a gap, an overlap, another slot's, none pending) is refused
+// and drops the image; the session goes on.
+TEST_F(Hostile, ModuleImagePiecesOutOfOrderOrUnclaimed) {
+  uint64_t id = 0;
+  const auto chunk = [&](uint64_t at) { return slot_call(module_chunk_entry(0, 64, at)); };
+  const auto load = [&](uint64_t sent) { return slot_call(module_load_entry(0, 64, sent), &id); };
+  EXPECT_EQ(load(64), Status::kInvalidValue) << "a last piece with no image pending";
+  EXPECT_EQ(chunk(64), Status::kInvalidValue) << "a middle piece with no image pending";
+  ASSERT_EQ(chunk(0), Status::kSuccess);
+  EXPECT_EQ(chunk(128), Status::kInvalidValue) << "a gap";
+  EXPECT_EQ(load(64), Status::kInvalidValue) << "the image went with the gap";
+  ASSERT_EQ(chunk(0), Status::kSuccess);
+  ASSERT_EQ(chunk(64), Status::kSuccess);
+  EXPECT_EQ(chunk(64), Status::kInvalidValue) << "a piece sent twice";
+  ASSERT_EQ(chunk(0), Status::kSuccess);
+  EXPECT_EQ(load(128), Status::kInvalidValue) << "a last piece claiming more than came";
+  // Past kMaxModuleImage in all: refused before anything is copied.
+  ASSERT_EQ(chunk(0), Status::kSuccess);
+  EXPECT_EQ(slot_call(module_chunk_entry(0, 64, kMaxModuleImage - 32)), Status::kInvalidValue);
+  EXPECT_EQ(slot_call(module_load_entry(0, 64, kMaxModuleImage - 32), &id), Status::kInvalidValue);
+  // Another slot's piece does not continue this slot's image.
+  ASSERT_EQ(chunk(0), Status::kSuccess);
+  {
+    const uint32_t own = S_;
+    const uint64_t own_seq = slot_seq_;
+    S_ = L_.slot_count - 2;
+    slot_seq_ = slot().request.seq.load(std::memory_order_relaxed);
+    EXPECT_EQ(chunk(64), Status::kInvalidValue) << "another slot's piece";
+    S_ = own;
+    slot_seq_ = own_seq;
+  }
+  EXPECT_EQ(load(64), Status::kInvalidValue) << "the image went with the other slot's piece";
+  // A good sequence loads, and the module's kernels resolve; a piece at 0 starts over.
+  ASSERT_EQ(chunk(0), Status::kSuccess);
+  ASSERT_EQ(chunk(64), Status::kSuccess);
+  ASSERT_EQ(chunk(0), Status::kSuccess);
+  ASSERT_EQ(chunk(64), Status::kSuccess);
+  ASSERT_EQ(load(128), Status::kSuccess);
+  ASSERT_NE(id, 0u);
+  Entry lk = entry(Op::KernelLookup);
+  lk.arg[0] = id;
+  uint64_t k = UINT64_MAX;
+  EXPECT_EQ(slot_call(lk, &k, "ordo_noop", 10), Status::kSuccess);
+  EXPECT_EQ(uint32_t(k), kernel(*c_, "ordo_noop"));
+  EXPECT_EQ(load(128), Status::kInvalidValue) << "the pending image went into the module";
+  // An image whose last piece never came is gone with its session.
+  ASSERT_EQ(chunk(0), Status::kSuccess);
+  c_.reset();
+  c_ = w_.attach();
+  slot_seq_ = slot().request.seq.load(std::memory_order_relaxed);
+  EXPECT_EQ(load(64), Status::kInvalidValue) << "a new session has no image pending";
 }
 
 TEST_F(Hostile, SlotSequenceJumpsAreAnswered) {

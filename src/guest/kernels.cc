@@ -1,7 +1,9 @@
 #include "guest/kernels.h"
 #include "transport/op_args.h"
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
 
 namespace ordo::guest {
 
@@ -20,16 +22,36 @@ Status Kernels::module_load(const void* image, uint64_t size, uint32_t* module) 
   ThreadState& t = threads_.current();
   if (!image || !module || size == 0) return threads_.finish_own(t, Status::kInvalidValue);
   if (size > kMaxModuleImage) return threads_.finish_own(t, Status::kInvalidKernelImage);
-  // The image travels through the pinned heap: one request, however large.
-  void* staged = nullptr;
-  if (Status s = memory_.malloc_host(&staged, size); !ok(s)) return s;
-  std::memcpy(staged, image, size);
-  const Entry e = make_entry<Op::ModuleLoad>({.image = heap_.offset(staged), .size = size});
+  // The image travels through one block of the pinned heap: all of it when it
+  // is at most a share of the heap (one request), else in pieces of that
+  // share, smaller while the heap has no room for one, so that no image is
+  // bounded by the heap and none takes all of it from the program's other threads.
+  uint64_t piece = std::min(size, std::max(heap_.size() / kImageHeapShare, kMinImagePiece));
+  void* block = memory_.alloc_host(piece);
+  while (!block && piece > kMinImagePiece) {
+    piece = std::max(piece / 2, kMinImagePiece);
+    block = memory_.alloc_host(piece);
+  }
+  if (!block) return threads_.finish_own(t, Status::kMemoryAllocation);
   uint64_t id = 0;
-  const Status s = threads_.call(e, &id);
-  heap_.free(staged);  // the worker copied it out before answering
+  const Status s = send_image(static_cast<const std::byte*>(image), size, block, piece, &id);
+  heap_.free(block);  // the worker copied every piece out before answering
   if (ok(s)) *module = uint32_t(id);
   return threads_.finish_own(t, s);
+}
+
+Status Kernels::send_image(const std::byte* image, uint64_t size, void* block, uint64_t piece, uint64_t* id) {
+  // The worker holds one image in pieces per session: this process sends one at a time.
+  std::unique_lock<std::mutex> lock;
+  if (piece < size) lock = std::unique_lock(pieces_mu_);
+  const uint64_t off = heap_.offset(block);
+  for (uint64_t at = 0;; at += piece) {
+    const uint64_t n = std::min(piece, size - at);
+    std::memcpy(block, image + at, n);
+    // The last (or only) piece loads the module, with the count of those before it.
+    if (at + n == size) return threads_.call(make_entry<Op::ModuleLoad>({.image = off, .size = n, .sent = at}), id);
+    if (Status s = threads_.call(make_entry<Op::ModuleChunk>({.image = off, .size = n, .at = at})); !ok(s)) return s;
+  }
 }
 
 Status Kernels::module_unload(uint32_t module) {

@@ -2,7 +2,9 @@
 // kernels and device variables up, and launches, the hot path of stream work.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "guest/devices.h"
@@ -37,7 +39,16 @@ class Kernels {
   Status launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
                 uint32_t shared_mem);
 
+  // A module image goes in one request when it is at most 1/kImageHeapShare of
+  // the pinned heap, else in pieces of that size (ModuleChunk), halved while
+  // the heap has no room for one, down to kMinImagePiece.
+  static constexpr uint64_t kImageHeapShare = 4;
+  static constexpr uint64_t kMinImagePiece = 4096;
+
  private:
+  // Sends `image` through `block` (`piece` bytes of the heap), in pieces when it is larger.
+  Status send_image(const std::byte* image, uint64_t size, void* block, uint64_t piece, uint64_t* id);
+
   Threads& threads_;
   Streams& streams_;
   RingProducer& producer_;
@@ -46,6 +57,7 @@ class Kernels {
   Devices& devices_;
   Memory& memory_;
   PinnedHeap& heap_;
+  std::mutex pieces_mu_;  // held while an image goes in pieces: the worker keeps one pending per session
 };
 
 }  // namespace ordo::guest

@@ -22,11 +22,16 @@ Status Memory::free(uint64_t device_addr) {
 Status Memory::malloc_host(void** ptr, uint64_t size) {
   ThreadState& t = threads_.current();
   if (!ptr) return threads_.finish_own(t, Status::kInvalidValue);
-  void* p = heap_.alloc(size ? size : 1);
-  if (!p && pool_.reclaim(true)) p = heap_.alloc(size ? size : 1);  // blocks of finished copies, waited for
+  void* p = alloc_host(size ? size : 1);
   if (!p) return threads_.finish_own(t, Status::kMemoryAllocation);
   *ptr = p;
   return threads_.finish_own(t, Status::kSuccess);
+}
+
+void* Memory::alloc_host(uint64_t size) {
+  void* p = heap_.alloc(size);
+  if (!p && pool_.reclaim(true)) p = heap_.alloc(size);  // blocks of finished copies, waited for
+  return p;
 }
 
 Status Memory::free_host(void* ptr) {

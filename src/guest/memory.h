@@ -19,6 +19,9 @@ class Memory {
   Status malloc(uint64_t* device_addr, uint64_t size);
   Status free(uint64_t device_addr);
   Status malloc_host(void** ptr, uint64_t size);
+  // malloc_host's block without its status bookkeeping: null when the heap
+  // has no room, even after taking back the blocks of finished copies.
+  void* alloc_host(uint64_t size);
   Status free_host(void* ptr);
 
  private:

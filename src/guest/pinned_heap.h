@@ -27,6 +27,7 @@ class PinnedHeap {
     const auto* b = static_cast<const std::byte*>(p);
     return b >= base_ && uint64_t(b - base_) <= size_ && size <= size_ - uint64_t(b - base_);
   }
+  uint64_t size() const { return size_; }
   // What an entry names a heap pointer by.
   uint64_t offset(const void* p) const { return uint64_t(static_cast<const std::byte*>(p) - base_); }
 

@@ -103,8 +103,14 @@ template <> struct Args<Op::EventElapsed> {
   ORDO_ARGS(start, end, start_number, end_number)
 };
 template <> struct Args<Op::ModuleLoad> {
-  uint64_t image, size;  // pinned-heap offset and size of a fatbin, cubin or PTX
-  ORDO_ARGS(image, size)
+  uint64_t image, size;  // pinned-heap offset and size of a fatbin, cubin or PTX, or of its last piece
+  uint64_t sent;         // bytes of the image sent before by ModuleChunk; 0: all of it is here
+  ORDO_ARGS(image, size, sent)
+};
+template <> struct Args<Op::ModuleChunk> {
+  uint64_t image, size;  // pinned-heap offset and size of one piece of an image
+  uint64_t at;           // the piece's offset in the image
+  ORDO_ARGS(image, size, at)
 };
 template <> struct Args<Op::ModuleGlobal> {
   uint64_t module, size, device;  // size: the variable's, from the module's symbol table

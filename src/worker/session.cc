@@ -93,6 +93,7 @@ void Worker::reset_session() {
   events_.reset();
   for (uint32_t m : modules_) backend_.module_unload(m);
   modules_.clear();
+  pending_image_ = {};  // an image whose last piece never came
   for (auto& [addr, size] : allocations_) backend_.free(addr);
   allocations_.clear();
   globals_.clear();

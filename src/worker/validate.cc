@@ -96,14 +96,26 @@ Status check<Op::PeerAccess>(const Args<Op::PeerAccess>& a, const Entry&, const 
   return Status::kSuccess;
 }
 
+// A module image, or a piece of one at offset `at` of the image: non-empty,
+// inside the pinned heap, and the image no larger than kMaxModuleImage. Whether
+// `at` follows the pieces sent before is the worker's to check (op_ModuleChunk).
+Status check_module_piece(uint64_t image, uint64_t size, uint64_t at, const Layout& l, std::string* why) {
+  if (size == 0) return bad(why, "empty module image");
+  if (size > kMaxModuleImage || at > kMaxModuleImage - size)
+    return bad(why, "module image of " + std::to_string(size) + " bytes at " + std::to_string(at) +
+                        " is larger than the limit of " + std::to_string(kMaxModuleImage));
+  if (!range_ok(image, size, l.heap_size)) return bad(why, "module image outside the pinned heap");
+  return Status::kSuccess;
+}
+
 template <>
 Status check<Op::ModuleLoad>(const Args<Op::ModuleLoad>& a, const Entry&, const Layout& l, std::string* why) {
-  if (a.size == 0) return bad(why, "empty module image");
-  if (a.size > kMaxModuleImage)
-    return bad(why, "module image of " + std::to_string(a.size) + " bytes is larger than the limit of " +
-                        std::to_string(kMaxModuleImage));
-  if (!range_ok(a.image, a.size, l.heap_size)) return bad(why, "module image outside the pinned heap");
-  return Status::kSuccess;
+  return check_module_piece(a.image, a.size, a.sent, l, why);
+}
+
+template <>
+Status check<Op::ModuleChunk>(const Args<Op::ModuleChunk>& a, const Entry&, const Layout& l, std::string* why) {
+  return check_module_piece(a.image, a.size, a.at, l, why);
 }
 
 Status check_module_id(uint64_t module, std::string* why) {

@@ -232,6 +232,9 @@ class Worker {
   void reply(uint32_t slot, uint64_t seq, Status s, uint64_t r0 = 0, uint64_t r1 = 0, uint64_t epoch = kCurrentEpoch);
   void reply(const SlotCall& c, Status s, uint64_t r0 = 0, uint64_t r1 = 0) { reply(c.slot, c.seq, s, r0, r1); }
   std::string payload_name(uint32_t slot) const;  // a name the guest wrote into the slot's payload, copied out
+  // Whether a module image piece at `at` from c's slot continues the pending
+  // image (ModuleChunk, ModuleLoad); if not, logs why and drops the image.
+  Status continue_image(const SlotCall& c, uint64_t at);
   void async_error(const OpTag& tag, Status s);
   void log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why);
   void fresh_ring(uint32_t r);  // a ring's state as a new session finds it
@@ -275,6 +278,14 @@ class Worker {
   // may target them; Free may not.
   std::map<uint64_t, std::pair<uint64_t, uint32_t>> globals_;
   std::set<uint32_t> modules_;                // module ids loaded by this guest
+  // A module image too large for one pinned-heap block, as its ModuleChunk
+  // pieces arrive; ModuleLoad completes it. One per session, since the guest
+  // sends one such image at a time; at most kMaxModuleImage bytes.
+  struct PendingImage {
+    std::vector<std::byte> bytes;
+    uint32_t slot = kNoSlot;  // the slot whose pieces these are
+  };
+  PendingImage pending_image_;
   uint32_t next_module_ = 1;                  // 0 means "no module" in KernelLookup
   bool rescan_slots_ = true;    // read every slot's request.seq on the next pass
   uint32_t staged_slots_ = 0;   // slots holding a request that waits for edges

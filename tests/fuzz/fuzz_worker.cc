@@ -116,6 +116,7 @@ class CheckingBackend final : public NullBackend {
     if (image.size() && reinterpret_cast<uintptr_t>(image.data()) >= lo_ &&
         reinterpret_cast<uintptr_t>(image.data()) < hi_)
       __builtin_trap();
+    if (image.size() > kMaxModuleImage) __builtin_trap();  // however many pieces (ModuleChunk) it came in
     if (id == 0 || !modules_.insert(id).second) __builtin_trap();
     return Status::kSuccess;
   }

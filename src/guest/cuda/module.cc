@@ -118,11 +118,13 @@ CUresult load_module(const void* image, Module** out) {
     uint32_t id = 0;
     const Status s = c->module_load(data, size, &id);
     if (!ok(s)) {
+      // Images go in pieces of the heap: this is a heap with no room left for
+      // even a small piece, or a worker out of memory or module ids.
       if (s == Status::kMemoryAllocation)
         std::fprintf(stderr,
-                     "ordo: a %llu-byte module image does not fit the region's pinned heap; start ordo-worker with "
-                     "a larger --size\n",
-                     (unsigned long long)size);
+                     "ordo: no room to load a %llu-byte module image: the region's pinned heap is full, or the worker "
+                     "holds %u modules or is out of memory\n",
+                     (unsigned long long)size, unsigned(ordo::kMaxModules));
       return to_cu(s);
     }
     img = &ms.images[m->key];

@@ -1,6 +1,8 @@
 // Modules and kernels: images are copied out of the pinned heap before the
 // backend parses them; a kernel id names what a launch runs.
+#include <algorithm>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "../worker.h"
@@ -48,17 +50,60 @@ void Worker::op_ModuleGlobal(const SlotCall& c) {
   reply(c, st, addr, size);
 }
 
-void Worker::op_ModuleLoad(const SlotCall& c) {
-  if (modules_.size() >= kMaxModules) return reply(c, Status::kMemoryAllocation);
-  // check_entry bounded the range to the pinned heap. Copy it out: the guest
-  // can rewrite the heap at any time, and the backend parses the image.
-  std::vector<std::byte> image;
+namespace {
+
+// Appends a copy of the heap's [image, image + size) to `out`; false when out
+// of memory. check_entry bounded the range to the pinned heap and the image to
+// kMaxModuleImage. Copied because the guest can rewrite the heap at any time
+// and the backend parses the image. Grown by hand so that a pending image
+// never holds more than kMaxModuleImage (a vector's doubling would hold twice).
+bool append_copy(const std::byte* heap, uint64_t image, uint64_t size, std::vector<std::byte>& out) {
   try {
-    const auto a = decode<Op::ModuleLoad>(c.e.arg);
-    image.assign(region_.heap() + a.image, region_.heap() + a.image + a.size);
+    const uint64_t need = out.size() + size;
+    if (need > out.capacity()) out.reserve(std::min(std::max<uint64_t>(need, 2 * out.capacity()), kMaxModuleImage));
+    out.insert(out.end(), heap + image, heap + image + size);
+    return true;
   } catch (const std::bad_alloc&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+Status Worker::continue_image(const SlotCall& c, uint64_t at) {
+  PendingImage& p = pending_image_;
+  if (p.slot == c.slot && p.bytes.size() == at) return Status::kSuccess;
+  log_bad("slot", c.slot, c.seq,
+          p.slot == kNoSlot ? "a module image piece at " + std::to_string(at) + " with no image pending"
+          : p.slot != c.slot
+              ? "a module image piece from another slot than the pending image's (" + std::to_string(p.slot) + ")"
+              : "a module image piece at " + std::to_string(at) + " after " + std::to_string(p.bytes.size()) +
+                    " bytes; the pending image is dropped");
+  p = {};  // the image cannot be completed: the guest starts it over
+  return Status::kInvalidValue;
+}
+
+void Worker::op_ModuleChunk(const SlotCall& c) {
+  const auto a = decode<Op::ModuleChunk>(c.e.arg);
+  if (a.at == 0) pending_image_ = {{}, c.slot};  // a new image: an unfinished one is dropped
+  else if (Status s = continue_image(c, a.at); !ok(s)) return reply(c, s);
+  if (!append_copy(region_.heap(), a.image, a.size, pending_image_.bytes)) {
+    pending_image_ = {};
     return reply(c, Status::kMemoryAllocation);
   }
+  reply(c, Status::kSuccess);
+}
+
+void Worker::op_ModuleLoad(const SlotCall& c) {
+  const auto a = decode<Op::ModuleLoad>(c.e.arg);
+  std::vector<std::byte> image;
+  if (a.sent) {  // the last piece of an image sent by ModuleChunk
+    if (Status s = continue_image(c, a.sent); !ok(s)) return reply(c, s);
+    image = std::move(pending_image_.bytes);
+    pending_image_ = {};
+  }
+  if (modules_.size() >= kMaxModules) return reply(c, Status::kMemoryAllocation);
+  if (!append_copy(region_.heap(), a.image, a.size, image)) return reply(c, Status::kMemoryAllocation);
   uint32_t id = next_module_;
   while (id == 0 || modules_.count(id)) ++id;  // wraps after 2^32 loads: skip live ids and 0
   const Status st = backend_.module_load(id, image);
