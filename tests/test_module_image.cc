@@ -455,7 +455,7 @@ TEST(ModuleImage, NvccFatbinIsWalkedAndAccepted) {
 }
 
 TEST(ModuleImage, NvccVariantsAreAccepted) {
-  for (const char* env : {"FATBIN_DEFAULT", "FATBIN_COMPRESSED", "FATBIN_PTX", "CUDA_BUILTINS_FATBIN"}) {
+  for (const char* env : {"FATBIN_DEFAULT", "FATBIN_COMPRESSED", "FATBIN_LZ4", "FATBIN_PTX", "CUDA_BUILTINS_FATBIN"}) {
     const Bytes img = load(env);
     if (img.empty()) continue;
     EXPECT_EQ(classify(img), Format::kFatbin) << env;

@@ -18,7 +18,8 @@
 //       +40 u64 flags (0x8000: zstd-compressed, 0x2000: LZ4)      +56 u64 uncompressed size
 //       payload at entry + header_size. The driver reads every entry header up
 //       to +63, whatever size it states, so a header has at least 64 bytes.
-//     nvcc 13 compresses PTX by default and cubins only with -Xfatbin -compress-all.
+//     nvcc 13 compresses PTX by default and cubins only with -Xfatbin -compress-all
+//     (zstd; LZ4 with --compress-mode=speed, decompressed by lz4.h).
 //   fatbin wrapper (__fatBinC_Wrapper_t, magic 0x466243b1): int magic, int
 //     version, then a pointer to the fatbin. Only meaningful in the process
 //     that made it: the driver would follow an address chosen by the guest.

@@ -6,6 +6,7 @@
 // With --bad-handles it also passes a forged stream and destroyed handles,
 // which ordo must refuse; NVIDIA's driver may crash on them (undefined in CUDA),
 // so the native comparison on a GPU runs without it.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -46,6 +47,38 @@ __global__ void mixed(char c, double d, short s, Pair pair, long long* out) {
     }                                                                                        \
   } while (0)
 
+
+// Driver calls from an exit handler registered after the first CUDA call,
+// which runs before the driver's own and after the main thread's thread_local
+// objects are gone, as cuFFT's (it frees its buffers there): each must answer,
+// CUDA_SUCCESS or CUDA_ERROR_DEINITIALIZED, not crash.
+struct ExitCalls {
+  CUdeviceptr ptr = 0;
+  CUresult (*get_attributes)(unsigned, CUpointer_attribute*, void**, CUdeviceptr) = nullptr;
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*mem_free)(CUdeviceptr) = nullptr;
+} g_exit;
+
+template <class F>
+static void driver_entry(const char* name, F* fn) {
+  cudaDriverEntryPointQueryResult q;
+  CHECK(cudaGetDriverEntryPointByVersion(name, reinterpret_cast<void**>(fn), CUDART_VERSION, cudaEnableDefault, &q));
+}
+
+static void exit_calls() {
+  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+  unsigned type = 0;
+  void* data[] = {&type};
+  CUcontext ctx = nullptr;
+  const CUresult r[] = {g_exit.get_attributes(1, &attr, data, g_exit.ptr), g_exit.ctx_get_current(&ctx),
+                        g_exit.mem_free(g_exit.ptr)};
+  for (const CUresult e : r)
+    if (e != CUDA_SUCCESS && e != CUDA_ERROR_DEINITIALIZED) {
+      std::printf("FAIL a driver call from an exit handler gave %d\n", int(e));
+      std::fflush(stdout);
+      std::_Exit(1);
+    }
+}
 
 static void CUDART_CB host_fn(void* data) { ++*static_cast<int*>(data); }
 static void CUDART_CB stream_cb(cudaStream_t, cudaError_t status, void* data) {
@@ -181,6 +214,33 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(&first, d_ints, sizeof first, cudaMemcpyDeviceToHost));
   EXPECT(first == 42);
 
+  // The kernels' module lists its functions (what cuFFT finds its kernels by).
+  {
+    cudaFunction_t f = nullptr;
+    CHECK(cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(fill)));
+    CUresult (*get_module)(CUmodule*, CUfunction) = nullptr;
+    CUresult (*count_functions)(unsigned*, CUmodule) = nullptr;
+    CUresult (*enumerate_functions)(CUfunction*, unsigned, CUmodule) = nullptr;
+    CUresult (*get_name)(const char**, CUfunction) = nullptr;
+    driver_entry("cuFuncGetModule", &get_module);
+    driver_entry("cuModuleGetFunctionCount", &count_functions);
+    driver_entry("cuModuleEnumerateFunctions", &enumerate_functions);
+    driver_entry("cuFuncGetName", &get_name);
+    CUmodule mod = nullptr;
+    unsigned count = 0;
+    EXPECT(get_module(&mod, reinterpret_cast<CUfunction>(f)) == CUDA_SUCCESS);
+    EXPECT(count_functions(&count, mod) == CUDA_SUCCESS && count == 3);
+    CUfunction fns[3] = {};
+    EXPECT(enumerate_functions(fns, 3, mod) == CUDA_SUCCESS);
+    int named = 0;
+    for (CUfunction fn : fns) {
+      const char* name = nullptr;
+      if (fn && get_name(&name, fn) == CUDA_SUCCESS)
+        for (const char* want : {"_Z4fillPiii", "_Z5saxpyfPKfPfi", "_Z5mixedcds4PairPx"}) named += !std::strcmp(name, want);
+    }
+    EXPECT(named == 3);
+  }
+
   // Errors are found locally and answered at once.
   EXPECT(cudaMalloc(nullptr, 16) == cudaErrorInvalidValue);
   if (bad_handles) EXPECT(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(0x1234)) == cudaErrorInvalidResourceHandle);
@@ -217,6 +277,14 @@ int main(int argc, char** argv) {
   CHECK(cudaFreeHost(h_x));
   CHECK(cudaFreeHost(h_y));
   for (void* p : {(void*)d_ints, (void*)d_x, (void*)d_y, (void*)d_out, (void*)d_copy}) CHECK(cudaFree(p));
+
+  void* exit_buf = nullptr;
+  CHECK(cudaMalloc(&exit_buf, 256));
+  g_exit.ptr = reinterpret_cast<CUdeviceptr>(exit_buf);
+  driver_entry("cuPointerGetAttributes", &g_exit.get_attributes);
+  driver_entry("cuCtxGetCurrent", &g_exit.ctx_get_current);
+  driver_entry("cuMemFree", &g_exit.mem_free);
+  std::atexit(exit_calls);
   std::printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);
   return failures ? 1 : 0;
 }

@@ -150,6 +150,99 @@ TEST(Fatbin, PtxLayoutArithmeticIsBounded) {
   EXPECT_EQ(l.size, 16u);
 }
 
+// LZ4 instead of zstd (--compress-mode=speed): built in, no library needed.
+TEST(Fatbin, Lz4EntriesGiveTheSameLayouts) {
+  const auto img = load("FATBIN_LZ4");
+  KernelLayouts k;
+  std::string e;
+  ASSERT_TRUE(parse_fatbin(img, &k, &e)) << e;
+  EXPECT_EQ(k.size(), 3u);
+  expect_basic_layouts(k);
+}
+
+// Each LZ4 entry of `img` through `spoil` (the image, the entry's offset).
+template <class F>
+std::string parse_spoiled_lz4(std::vector<std::byte> img, F spoil) {
+  image::FatbinReader r(img);
+  std::vector<image::FatbinEntry> entries;
+  for (image::FatbinEntry en; r.next(&en);)
+    if (en.flags & image::kEntryLz4) entries.push_back(en);
+  EXPECT_EQ(entries.size(), 2u);
+  for (const image::FatbinEntry& en : entries) spoil(img, en);
+  KernelLayouts k;
+  std::string e;
+  EXPECT_FALSE(parse_fatbin(img, &k, &e)) << "nothing readable is left";
+  EXPECT_TRUE(k.empty());
+  return e;
+}
+
+TEST(Fatbin, MalformedLz4EntriesAreRefusedWithAReason) {
+  const auto img = load("FATBIN_LZ4");
+  // A match before the start of the output.
+  EXPECT_EQ(parse_spoiled_lz4(img,
+                              [](std::vector<std::byte>& b, const image::FatbinEntry& en) {
+                                const size_t p = en.offset + en.header_size;
+                                b[p] = std::byte{0x00};  // no literals, then a match at offset 1 of nothing
+                                b[p + 1] = std::byte{0x01};
+                                b[p + 2] = std::byte{0x00};
+                              }),
+            "LZ4-compressed fatbin entry: LZ4 match offset outside the output");
+  // A stated size the block does not fill.
+  EXPECT_EQ(parse_spoiled_lz4(img,
+                              [](std::vector<std::byte>& b, const image::FatbinEntry& en) {
+                                const uint64_t more = en.uncompressed_size + 100;
+                                std::memcpy(b.data() + en.offset + 56, &more, 8);
+                              }),
+            "LZ4-compressed fatbin entry: LZ4 block decompresses short of its stated size");
+  // A stated size no image has: refused before anything is allocated.
+  EXPECT_EQ(parse_spoiled_lz4(img,
+                              [](std::vector<std::byte>& b, const image::FatbinEntry& en) {
+                                const uint64_t huge = uint64_t{1} << 60;
+                                std::memcpy(b.data() + en.offset + 56, &huge, 8);
+                              }),
+            "compressed fatbin entry with an implausible size");
+}
+
+// Module-scope variables of PTX, for cuModuleGetGlobal's size hint (cuFFT's
+// lut_sp lives in LZ4-compressed PTX, with no cubin to give its size).
+TEST(Fatbin, PtxGlobalsGetTheirSizes) {
+  const char* ptx = R"(
+.version 8.0
+.target sm_52
+.address_size 64
+.global .align 8 .u64 lut_sp;
+.visible .global .align 4 .b8 table[123];
+.global .align 4 .f32 grid[4][8] = {1.0, 2.0};
+.const .align 16 .v4 .u32 quad;
+.visible .const .align 4 .b8 banked[64] =
+    {0, 1, 2, 3};
+.global .u32 a, b[3];
+.extern .global .align 4 .b8 elsewhere[];
+.global .align 1 .b8 unsized[];
+.global .texref tex;
+.visible .entry k(
+.param .u64 .ptr .global .align 4 k_param_0
+)
+{
+ld.global.u32 %r1, [lut_sp];
+}
+)";
+  KernelLayouts k;
+  GlobalSizes g;
+  std::string e;
+  ASSERT_TRUE(parse_ptx(ptx, &k, &e, &g)) << e;
+  const GlobalSizes want = {{"lut_sp", 8}, {"table", 123}, {"grid", 128}, {"quad", 16}, {"banked", 64},
+                            {"a", 4},      {"b", 12}};
+  EXPECT_EQ(g, want);
+  EXPECT_EQ(k.size(), 1u);
+  // Nonsense sizes are no variables.
+  GlobalSizes bad;
+  ASSERT_TRUE(parse_ptx(".global .b8 x[0];\n.global .b8 y[99999999999999999999];\n.global .u64 z[1099511627776];\n"
+                        ".global .b8 w[12x];\n.global .align 8 .u64 no_semicolon",
+                        &k, &e, &bad));
+  EXPECT_TRUE(bad.empty()) << bad.begin()->first;
+}
+
 }  // namespace
 }  // namespace ordo::driver
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/lz4.h"
 #include "transport/module_image.h"
 
 namespace {
@@ -77,6 +78,19 @@ bool walk_elf(std::span<const std::byte> img) {
   return e == ElfError::kNone;
 }
 
+// What libcuda.so.1 does with an LZ4 entry: decompress it into a heap block
+// of the stated size (ASan sees any write past it), then read what came out.
+void inflate_lz4(const FatbinEntry& e) {
+  constexpr uint64_t kMaxOut = uint64_t{1} << 22;  // the guest allows more; the fuzzer has no use for it
+  if (!(e.flags & kEntryLz4) || !e.compressed_fits() || e.uncompressed_size > kMaxOut) return;
+  std::vector<std::byte> out(e.uncompressed_size);
+  const Lz4Error err = lz4_decompress(e.payload.first(e.compressed_size), out);
+  CHECK(describe(err)[0] != '\0' || err == Lz4Error::kNone);
+  if (err != Lz4Error::kNone) return;
+  if (e.is(EntryKind::kElf)) walk_elf(out);
+  if (e.is(EntryKind::kPtx)) is_ptx_text(out);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -112,6 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // What libcuda.so.1 reads inside an entry: a cubin's sections, or PTX.
       if (e.is(EntryKind::kElf) && !e.compressed()) walk_elf(e.payload);
       if (e.is(EntryKind::kPtx) && !e.compressed()) is_ptx_text(e.payload);
+      inflate_lz4(e);
     }
     CHECK(!r.next(nullptr));  // stays at its end (or error): next() must not touch the entry
     if (r.error() == FatbinError::kNone) CHECK(next == h.total_size());

@@ -43,7 +43,22 @@ std::atomic<unsigned long long> g_next_ctx_id{1};
 std::mutex g_ctx_mu;
 std::vector<std::unique_ptr<Context>> g_contexts;  // created with cuCtxCreate; never freed (handles stay checkable)
 
-thread_local std::vector<Context*> t_ctx_stack;
+// Set when this thread's context stack is destroyed: the thread is ending or,
+// for the main thread, the program is exiting. exit() destroys the main
+// thread's thread_local objects (this stack, the client's per-thread state)
+// first, then runs the atexit handlers newest first: those registered after
+// cuInit (cuFFT's, which frees its buffers) run before ordo's own sets
+// g_exiting. From then on calls answer CUDA_ERROR_DEINITIALIZED (enter()) and
+// see no current context instead of reading destroyed state. A bool has no
+// destructor: still readable then.
+thread_local bool t_torn_down = false;
+struct ContextStack {
+  std::vector<Context*> v;
+  ~ContextStack() { t_torn_down = true; }
+};
+thread_local ContextStack t_ctx_stack_holder;
+// Only after checking t_torn_down.
+std::vector<Context*>& ctx_stack() { return t_ctx_stack_holder.v; }
 // This thread's device as the client has it (Client::set_device); the client
 // starts every thread on device 0.
 thread_local uint32_t t_client_device = 0;
@@ -67,7 +82,13 @@ Context* context_of(CUcontext h) {
   return nullptr;
 }
 
-Context* current() { return t_ctx_stack.empty() ? nullptr : t_ctx_stack.back(); }
+bool thread_torn_down() { return t_torn_down; }
+
+Context* current() {
+  if (t_torn_down) return nullptr;
+  const std::vector<Context*>& stack = ctx_stack();
+  return stack.empty() ? nullptr : stack.back();
+}
 
 CUdevice this_device() {
   const Context* x = current();
@@ -236,30 +257,35 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext* ctx) {
 
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (t_torn_down) return CUDA_ERROR_DEINITIALIZED;
+  std::vector<Context*>& stack = ctx_stack();
   if (!ctx) {
-    if (!t_ctx_stack.empty()) t_ctx_stack.pop_back();
+    if (!stack.empty()) stack.pop_back();
     return CUDA_SUCCESS;
   }
   Context* c = context_of(ctx);
   if (!c) return CUDA_ERROR_INVALID_CONTEXT;
-  if (t_ctx_stack.empty()) t_ctx_stack.push_back(c);
-  else t_ctx_stack.back() = c;
+  if (stack.empty()) stack.push_back(c);
+  else stack.back() = c;
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (t_torn_down) return CUDA_ERROR_DEINITIALIZED;
   Context* c = context_of(ctx);
   if (!c) return CUDA_ERROR_INVALID_CONTEXT;
-  t_ctx_stack.push_back(c);
+  ctx_stack().push_back(c);
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* ctx) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
-  if (t_ctx_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
-  if (ctx) *ctx = handle(t_ctx_stack.back());
-  t_ctx_stack.pop_back();
+  if (t_torn_down) return CUDA_ERROR_DEINITIALIZED;
+  std::vector<Context*>& stack = ctx_stack();
+  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx) *ctx = handle(stack.back());
+  stack.pop_back();
   return CUDA_SUCCESS;
 }
 
@@ -277,7 +303,7 @@ CUresult CUDAAPI cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice dev
     std::lock_guard lock(g_ctx_mu);
     g_contexts.push_back(std::move(c));
   }
-  t_ctx_stack.push_back(raw);
+  ctx_stack().push_back(raw);  // enter() succeeded: the stack is there
   *ctx = handle(raw);
   return CUDA_SUCCESS;
 }
@@ -287,7 +313,7 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   if (CUresult e = enter(&cl); e != CUDA_SUCCESS) return e;
   Context* c = context_of(ctx);
   if (!c || c->primary) return CUDA_ERROR_INVALID_CONTEXT;
-  std::erase(t_ctx_stack, c);
+  std::erase(ctx_stack(), c);
   // Contexts share the session: destroying one waits for its device, as CUDA does.
   return to_cu(on_device(cl, c->device, [cl] { return cl->device_synchronize(); }));
 }

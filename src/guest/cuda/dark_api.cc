@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "driver.h"
 
@@ -74,8 +75,8 @@ class Md2 {
 
 CUresult CUDAAPI unknown_slot() { return CUDA_ERROR_NOT_SUPPORTED; }
 
-// A slot of the 21318c60 table whose meaning is unknown refuses, and under
-// ORDO_DRIVER_TRACE=1 says which slot was called: what to implement next.
+// A slot of the 21318c60 or 6e163fbe table whose meaning is unknown refuses,
+// and under ORDO_DRIVER_TRACE=1 says which slot was called: what to implement next.
 bool trace_slots() {
   static const bool on = [] {
     const char* t = std::getenv("ORDO_DRIVER_TRACE");
@@ -83,9 +84,9 @@ bool trace_slots() {
   }();
   return on;
 }
-template <int I>
-CUresult CUDAAPI unknown_21318c60_slot() {
-  if (trace_slots()) std::fprintf(stderr, "ordo-trace: export table 21318c60 slot %d (unknown) -> 801\n", I);
+template <uint32_t Tag, int I>
+CUresult CUDAAPI unknown_traced_slot() {
+  if (trace_slots()) std::fprintf(stderr, "ordo-trace: export table %08x slot %d (unknown) -> 801\n", Tag, I);
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 CUresult CUDAAPI success_slot() { return CUDA_SUCCESS; }
@@ -119,6 +120,20 @@ uint32_t CUDAAPI check_zero() { return 0; }
 CUresult CUDAAPI tools_current_context(CUcontext* ctx) { return cuCtxGetCurrent(ctx); }
 CUresult CUDAAPI context_id(CUcontext ctx, unsigned long long* id) { return cuCtxGetId(ctx, id); }
 
+// The 6e163fbe table's slot 7, which cuFFT calls for each module it loads:
+// `cb(opaque, fn)` for each function of `module`, then how many there were.
+// cuFFT requires exactly its module's kernel count (and keeps the function its
+// callback was given); 0 says the functions could not be listed.
+int CUDAAPI module_functions(CUcontext, CUmodule module, void (*cb)(void* opaque, CUfunction fn), void* opaque) {
+  unsigned n = 0;
+  if (cuModuleGetFunctionCount(&n, module) != CUDA_SUCCESS) return 0;
+  std::vector<CUfunction> fns(n);
+  if (n && cuModuleEnumerateFunctions(fns.data(), n, module) != CUDA_SUCCESS) return 0;
+  if (cb)
+    for (CUfunction f : fns) cb(opaque, f);
+  return int(n);
+}
+
 CUresult CUDAAPI integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t out[2]);
 
 using Slot = const void*;
@@ -139,18 +154,39 @@ const Table<4> kToolsTls = {{SIZE_SLOT(4), FN(success_slot), FN(tools_current_co
 const Table<4> kContextLocalStorage = {{FN(cls_put), FN(cls_delete), FN(cls_get), UNKNOWN}};
 const Table<4> kContextChecks = {{SIZE_SLOT(4), UNKNOWN, FN(context_check), FN(check_zero)}};
 const Table<3> kIntegrityCheck = {{SIZE_SLOT(3), FN(integrity_check), UNKNOWN}};
+// N slots that refuse, naming table `Tag` and themselves under tracing;
+// slot 0 is the size.
+template <uint32_t Tag, size_t N, size_t... I>
+Table<N> traced_table(std::index_sequence<I...>) {
+  Table<N> t{{FN((unknown_traced_slot<Tag, int(I)>))...}};
+  t.slot[0] = SIZE_SLOT(N);
+  return t;
+}
+template <uint32_t Tag, size_t N>
+Table<N> traced_table() {
+  return traced_table<Tag, N>(std::make_index_sequence<N>());
+}
+
 // Asked for by cublasLt, which calls slot 4 (the context's id) everywhere and,
 // with an H200's attributes, slot 51 too: the driver's table has about 90, and
 // a short one sent cuBLAS through whatever followed it in memory (it jumped to
 // 0x40 inside cublasSgemm). Every slot exists; the unknown ones refuse.
-template <size_t... I>
-Table<96> unknown_21318c60(std::index_sequence<I...>) {
-  Table<96> t{{FN(unknown_21318c60_slot<int(I)>)...}};
-  t.slot[0] = SIZE_SLOT(96);
+Table<96> unknown_21318c60() {
+  Table<96> t = traced_table<0x21318c60, 96>();
   t.slot[4] = FN(context_id);
   return t;
 }
-const Table<96> kUnknown21318c60 = unknown_21318c60(std::make_index_sequence<96>());
+const Table<96> kUnknown21318c60 = unknown_21318c60();
+
+// Asked for by cuFFT, which refuses to plan without it: it checks that the
+// table is longer than 7 slots and calls slot 7 for the kernels of each module
+// it loads. Public listings of the driver's table show 56 slots.
+Table<56> unknown_6e163fbe() {
+  Table<56> t = traced_table<0x6e163fbe, 56>();
+  t.slot[7] = FN(module_functions);
+  return t;
+}
+const Table<56> kUnknown6e163fbe = unknown_6e163fbe();
 
 struct Known {
   uint8_t uuid[16];
@@ -165,6 +201,7 @@ const Known kTables[] = {
     {{0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e}, &kContextChecks},
     {{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}, &kIntegrityCheck},
     {{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, &kUnknown21318c60},
+    {{0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}, &kUnknown6e163fbe},
 };
 
 CUresult CUDAAPI integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t out[2]) {

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "transport/lz4.h"
+
 namespace ordo::driver {
 namespace {
 
@@ -45,18 +47,22 @@ const Zstd& zstd() {
 
 bool decompress(std::span<const std::byte> in, uint64_t out_size, uint64_t flags, std::vector<std::byte>* out,
                 std::string* error) {
-  if (flags & image::kEntryLz4) {
-    *error = "LZ4-compressed fatbin entry (older nvcc); rebuild with nvcc 12.4+ or -Xfatbin -compress-all=false";
+  // The stated size is all there is to size the output by: bounded, so a
+  // hostile image cannot make the guest allocate 2^64 bytes.
+  if (out_size == 0 || out_size > kMaxFatbin) {
+    *error = "compressed fatbin entry with an implausible size";
     return false;
+  }
+  if (flags & image::kEntryLz4) {  // built in: NVIDIA's libraries (cuFFT) ship their PTX this way
+    out->resize(out_size);
+    const image::Lz4Error e = image::lz4_decompress(in, *out);
+    if (e != image::Lz4Error::kNone) *error = std::string("LZ4-compressed fatbin entry: ") + image::describe(e);
+    return e == image::Lz4Error::kNone;
   }
   const Zstd& z = zstd();
   if (!z.decompress) {
     *error = "compressed fatbin entry and no libzstd.so.1 to read it; install libzstd or build with "
              "-Xfatbin -compress=false";
-    return false;
-  }
-  if (out_size == 0 || out_size > kMaxFatbin) {
-    *error = "compressed fatbin entry with an implausible size";
     return false;
   }
   out->resize(out_size);
@@ -150,7 +156,7 @@ bool parse_fatbin_body(std::span<const std::byte> fatbin, KernelLayouts* cubin, 
     const bool ok = entry.is(image::EntryKind::kElf)
                         ? parse_cubin(payload, cubin, &e, globals)
                         : parse_ptx(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()),
-                                    ptx, &e);
+                                    ptx, &e, globals);
     if (!ok && first_error.empty()) first_error = e;
   }
   if (r.error() != image::FatbinError::kNone) {
@@ -246,27 +252,52 @@ bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string
 
 namespace {
 
+// Whitespace-separated tokens of a PTX statement.
+class Tokens {
+ public:
+  explicit Tokens(std::string_view s) : s_(s) {}
+  std::string_view next() {
+    while (i_ < s_.size() && space(s_[i_])) ++i_;
+    const size_t b = i_;
+    while (i_ < s_.size() && !space(s_[i_])) ++i_;
+    return s_.substr(b, i_ - b);
+  }
+  std::string_view rest() const { return s_.substr(i_); }
+  static bool space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+ private:
+  std::string_view s_;
+  size_t i_ = 0;
+};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && Tokens::space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && Tokens::space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// Bytes of a scalar type token (".u64", ".b8", ".f32"), or 0 for another token.
+uint32_t scalar_bytes(std::string_view t) {
+  if (t.size() < 3 || t[0] != '.' || (t[1] != 'b' && t[1] != 'u' && t[1] != 's' && t[1] != 'f')) return 0;
+  if (!std::all_of(t.begin() + 2, t.end(), [](char c) { return c >= '0' && c <= '9'; })) return 0;
+  const auto bits = std::strtoul(std::string(t.substr(2)).c_str(), nullptr, 10);
+  return bits % 8 == 0 && bits <= 1024 ? uint32_t(bits / 8) : 0;
+}
+
 // Size and alignment of a PTX parameter from its declaration tokens, e.g.
 // ".param .u64 .ptr .global .align 1 x", ".param .align 8 .b8 x[24]".
 bool ptx_param(std::string_view decl, KernelParam* p, uint32_t* align) {
   uint32_t elem = 0, explicit_align = 0, count = 1;
-  size_t i = 0;
-  auto next = [&]() -> std::string_view {
-    while (i < decl.size() && (decl[i] == ' ' || decl[i] == '\t' || decl[i] == '\n' || decl[i] == '\r')) ++i;
-    const size_t b = i;
-    while (i < decl.size() && !(decl[i] == ' ' || decl[i] == '\t' || decl[i] == '\n' || decl[i] == '\r')) ++i;
-    return decl.substr(b, i - b);
-  };
+  Tokens tokens(decl);
   bool after_ptr = false;
-  for (std::string_view t = next(); !t.empty(); t = next()) {
+  for (std::string_view t = tokens.next(); !t.empty(); t = tokens.next()) {
     if (t == ".ptr") {
       after_ptr = true;  // a later ".align N" is the pointee's alignment, not the parameter's
     } else if (t == ".align") {
-      const auto a = uint32_t(std::strtoul(std::string(next()).c_str(), nullptr, 10));
+      const auto a = uint32_t(std::strtoul(std::string(tokens.next()).c_str(), nullptr, 10));
       if (!after_ptr) explicit_align = a;
-    } else if (t.size() >= 3 && t[0] == '.' && (t[1] == 'b' || t[1] == 'u' || t[1] == 's' || t[1] == 'f') &&
-               std::all_of(t.begin() + 2, t.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      elem = uint32_t(std::strtoul(std::string(t.substr(2)).c_str(), nullptr, 10)) / 8;
+    } else if (const uint32_t b = scalar_bytes(t)) {
+      elem = b;
     } else if (t[0] != '.') {
       if (const size_t lb = t.find('['); lb != std::string_view::npos)
         count = uint32_t(std::strtoul(std::string(t.substr(lb + 1)).c_str(), nullptr, 10));
@@ -278,18 +309,94 @@ bool ptx_param(std::string_view decl, KernelParam* p, uint32_t* align) {
   return *align && *align <= 256 && (*align & (*align - 1)) == 0;
 }
 
+// The largest variable believed: anything larger is a corrupt image, and the
+// worker sizes an allocation by it.
+constexpr uint64_t kMaxGlobalBytes = uint64_t{1} << 40;
+
+// One declarator, "lut_sp" or "table[4][256]": its name and element count;
+// false for an unsized array ("x[]") or nonsense.
+bool ptx_declarator(std::string_view d, std::string_view* name, uint64_t* count) {
+  const size_t lb = d.find('[');
+  *name = d.substr(0, lb);
+  *count = 1;
+  if (name->empty()) return false;
+  for (size_t i = lb; i != std::string_view::npos && i < d.size(); i = d.find('[', i)) {
+    const size_t rb = d.find(']', i);
+    if (rb == std::string_view::npos || rb == i + 1) return false;
+    const std::string digits(d.substr(i + 1, rb - i - 1));
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(digits.c_str(), &end, 10);
+    if (*end != '\0' || n == 0 || n > kMaxGlobalBytes || *count > kMaxGlobalBytes / n) return false;
+    *count *= n;
+    i = rb + 1;
+  }
+  return true;
+}
+
+// A module-scope ".global" or ".const" statement (`stmt` starts after that
+// word and ends before its ';'): e.g. " .align 8 .u64 lut_sp",
+// " .align 4 .b8 name[123] = {...}". Adds each variable it declares.
+void ptx_variable(std::string_view stmt, GlobalSizes* globals) {
+  stmt = stmt.substr(0, stmt.find('='));  // the initializer says nothing the type does not
+  Tokens t(stmt);
+  uint64_t elem = 0, lanes = 1;
+  for (std::string_view tok = t.next(); !tok.empty(); tok = t.next()) {
+    if (tok == ".align") {
+      t.next();
+    } else if (tok == ".v2" || tok == ".v4" || tok == ".v8") {
+      lanes = uint64_t(tok[2] - '0');
+    } else if (const uint32_t b = scalar_bytes(tok)) {
+      elem = b;
+    } else if (tok[0] != '.') {
+      // The declarators: "a", "b[4]" (comma-separated, maybe spaced).
+      std::string_view rest(tok.data(), size_t(stmt.data() + stmt.size() - tok.data()));
+      while (!rest.empty() && elem) {
+        const size_t comma = rest.find(',');
+        const std::string_view d = trim(rest.substr(0, comma));
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+        std::string_view name;
+        uint64_t count = 0;
+        if (ptx_declarator(d, &name, &count) && count <= kMaxGlobalBytes / (elem * lanes))
+          globals->emplace(std::string(name), elem * lanes * count);
+      }
+      return;
+    } else {
+      return;  // .texref, .samplerref, .surfref, .pred: no bytes of their own to size
+    }
+  }
+}
+
+// The device variables PTX defines at module scope, by line: a statement
+// starting (after its linkage) with .global or .const. Inside entries those
+// words only follow others (".param .u64 .ptr .global", "ld.global").
+void ptx_globals(std::string_view ptx, GlobalSizes* globals) {
+  for (size_t pos = 0; pos < ptx.size();) {
+    size_t eol = ptx.find('\n', pos);
+    if (eol == std::string_view::npos) eol = ptx.size();
+    Tokens t(ptx.substr(pos, eol - pos));
+    std::string_view tok = t.next();
+    while (tok == ".visible" || tok == ".weak" || tok == ".common") tok = t.next();
+    if (tok == ".global" || tok == ".const") {  // .extern ones are defined elsewhere: skipped above
+      const size_t start = size_t(t.rest().data() - ptx.data());
+      const size_t semi = ptx.find(';', start);
+      if (semi == std::string_view::npos) return;
+      ptx_variable(ptx.substr(start, semi - start), globals);
+      eol = std::max(eol, semi);
+    }
+    pos = eol + 1;
+  }
+}
+
 }  // namespace
 
-bool parse_ptx(std::string_view ptx, KernelLayouts* out, std::string* error) {
+bool parse_ptx(std::string_view ptx, KernelLayouts* out, std::string* error, GlobalSizes* globals) {
+  if (globals) ptx_globals(ptx, globals);
   for (size_t pos = 0; (pos = ptx.find(".entry", pos)) != std::string_view::npos;) {
     pos += 6;
     const size_t open = ptx.find('(', pos), brace = ptx.find('{', pos);
     size_t name_end = std::min(open, brace);
     if (name_end == std::string_view::npos) break;
-    std::string_view name = ptx.substr(pos, name_end - pos);
-    while (!name.empty() && (name.front() == ' ' || name.front() == '\t' || name.front() == '\n')) name.remove_prefix(1);
-    while (!name.empty() && (name.back() == ' ' || name.back() == '\t' || name.back() == '\n' || name.back() == '\r'))
-      name.remove_suffix(1);
+    const std::string_view name = trim(ptx.substr(pos, name_end - pos));
     KernelLayout k;
     if (open < brace) {  // a parameter list
       const size_t close = ptx.find(')', open);

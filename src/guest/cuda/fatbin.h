@@ -10,8 +10,9 @@
 // The formats (fatbin container, entry kinds and flags, ELF) and the
 // bounds-checked walks over them are transport/module_image.h's, shared with
 // the worker's validator; this file keeps what only the guest needs: the
-// .nv.info attributes and PTX declarations, decompression (zstd entries, with
-// libzstd.so.1 loaded at run time when present) and the parameter packing.
+// .nv.info attributes and PTX declarations, decompression (LZ4 entries with
+// transport/lz4.h; zstd entries with libzstd.so.1, loaded at run time when
+// present) and the parameter packing.
 #pragma once
 
 #include <boost/container/small_vector.hpp>
@@ -45,8 +46,9 @@ struct KernelLayout {
 };
 
 using KernelLayouts = std::map<std::string, KernelLayout, std::less<>>;
-// Device variables (__device__, __constant__) of the cubins by name: their sizes,
-// from the ELF symbol table (STT_OBJECT), for cuModuleGetGlobal.
+// Device variables (__device__, __constant__) by name: their sizes, for
+// cuModuleGetGlobal (the worker's hint), from a cubin's symbol table (STT_OBJECT)
+// or PTX's .global and .const declarations.
 using GlobalSizes = std::map<std::string, uint64_t, std::less<>>;
 
 // The packed parameter buffer of one launch (LaunchParams,
@@ -66,13 +68,14 @@ uint64_t fatbin_size(const void* data);
 
 // Parses every kernel's parameter layout out of the fatbin `image`. Kernels found
 // in any cubin win over PTX. Returns false with a message when no layout at all
-// could be read (e.g. only compressed images and no libzstd).
+// could be read (e.g. only zstd-compressed images and no libzstd).
 bool parse_fatbin(std::span<const std::byte> image, KernelLayouts* out, std::string* error,
                   GlobalSizes* globals = nullptr);
 
 // The pieces, for tests.
 bool parse_cubin(std::span<const std::byte> elf, KernelLayouts* out, std::string* error,
                  GlobalSizes* globals = nullptr);
-bool parse_ptx(std::string_view ptx, KernelLayouts* out, std::string* error);
+// PTX also gives its module-scope .global and .const variables' sizes.
+bool parse_ptx(std::string_view ptx, KernelLayouts* out, std::string* error, GlobalSizes* globals = nullptr);
 
 }  // namespace ordo::driver

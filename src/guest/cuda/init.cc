@@ -106,7 +106,10 @@ CUresult to_cu(Status s) {
 
 CUresult enter(ordo::Client** out) {
   if (!g_initialized.load(std::memory_order_acquire)) return CUDA_ERROR_NOT_INITIALIZED;
-  if (g_exiting.load(std::memory_order_relaxed)) return CUDA_ERROR_DEINITIALIZED;
+  // Exit handlers registered after cuInit run before g_exiting is set, with
+  // this thread's state (the client's per-thread slots, the context stack)
+  // already destroyed: thread_torn_down() sees that.
+  if (g_exiting.load(std::memory_order_relaxed) || thread_torn_down()) return CUDA_ERROR_DEINITIALIZED;
   ordo::Client* c = g_client.load(std::memory_order_acquire);
   if (!c) return g_attach_error;
   *out = c;

@@ -106,7 +106,7 @@ CUresult load_module(const void* image, Module** out) {
   bool parsed = kind == image::Format::kFatbin ? parse_fatbin(bytes, &m->layouts, &m->parse_error, &m->global_sizes)
               : kind == image::Format::kElf ? parse_cubin(bytes, &m->layouts, &m->parse_error, &m->global_sizes)
                           : parse_ptx({reinterpret_cast<const char*>(data), size - 1}, &m->layouts,
-                                                    &m->parse_error);
+                                                    &m->parse_error, &m->global_sizes);
   (void)parsed;  // kernels without a layout fail when fetched, naming themselves
   m->key = hash_image(data, size);
   m->device = this_device();
@@ -201,6 +201,31 @@ CUresult get_function(Module* m, const char* name, Function** out) {
   return CUDA_SUCCESS;
 }
 
+// The kernels of `m`: those its image declares (a layout each, cubin or PTX),
+// in name order. ordo knows a module's kernels only by reading its image.
+CUresult kernel_count(Module* m, unsigned* count) {
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
+  if (!m) return CUDA_ERROR_INVALID_HANDLE;
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  if (m->layouts.empty() && !m->parse_error.empty()) {
+    std::fprintf(stderr, "ordo: cannot list the kernels of a module: %s\n", m->parse_error.c_str());
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  *count = unsigned(std::min<size_t>(m->layouts.size(), ~0u));
+  return CUDA_SUCCESS;
+}
+
+// The first `max` of them as functions, as cuModuleGetFunction gives each.
+CUresult enumerate_kernels(Module* m, Function** out, unsigned max) {
+  unsigned n = 0;
+  if (CUresult e = kernel_count(m, &n); e != CUDA_SUCCESS) return e;
+  if (!out && max) return CUDA_ERROR_INVALID_VALUE;
+  auto it = m->layouts.begin();  // read-only once loaded
+  for (unsigned i = 0; i < std::min(n, max); ++i, ++it)
+    if (CUresult e = get_function(m, it->first.c_str(), &out[i]); e != CUDA_SUCCESS) return e;
+  return CUDA_SUCCESS;
+}
+
 // Device variable `name` of `m` as device `dev` has it.
 CUresult get_global(Module* m, const char* name, CUdeviceptr* addr, size_t* size, CUdevice dev) {
   ordo::Client* c = nullptr;
@@ -261,6 +286,17 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction* out, CUmodule m, const char* na
   if (CUresult e = get_function(module_of(m), name, &f); e != CUDA_SUCCESS) return e;
   *out = reinterpret_cast<CUfunction>(f);
   return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int* count, CUmodule m) { return kernel_count(module_of(m), count); }
+CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction* functions, unsigned int max, CUmodule m) {
+  return enumerate_kernels(module_of(m), reinterpret_cast<Function**>(functions), max);
+}
+CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int* count, CUlibrary lib) {
+  return kernel_count(module_of(lib), count);
+}
+CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel* kernels, unsigned int max, CUlibrary lib) {
+  return enumerate_kernels(module_of(lib), reinterpret_cast<Function**>(kernels), max);
 }
 
 CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr* addr, size_t* size, CUmodule m, const char* name) {

@@ -27,7 +27,9 @@ namespace ordo::driver {
 // ---------------------------------------------------------------- the client (init.cc)
 
 // The prologue of every call that reaches the client: the error to return
-// before cuInit, during exit or without a worker, else CUDA_SUCCESS with the
+// before cuInit, during exit (CUDA_ERROR_DEINITIALIZED: from the first atexit
+// handler, or once the calling thread's thread_local state is destroyed) or
+// without a worker, else CUDA_SUCCESS with the
 // client in *out. It first moves the client's per-thread device to the current
 // context's (follow_context): what the call creates or runs on stream 0 then
 // lands on that device.
@@ -67,6 +69,9 @@ CUresult device_cache(CUdevice dev, const DeviceCache** out);
 struct Context;  // one primary context per device plus any cuCtxCreate'd ones
 
 Context* current();                  // the calling thread's current context, or null
+// Whether the calling thread's thread_local state is gone (context.cc): the
+// thread is ending, or the program is exiting and runs its atexit handlers.
+bool thread_torn_down();
 Context* context_of(CUcontext h);    // null: not a context of ours
 Context* primary_ctx(CUdevice dev);  // device dev's primary context; dev must be valid
 CUdevice device_of(const Context* c);

@@ -292,6 +292,33 @@ TEST(IntegrityHash, CheckSlotHashesEveryDevice) {
   ordo::driver::g_hash_devices = 1;
 }
 
+// ---------------------------------------------------------------- cuFFT's table
+
+// 6e163fbe: cuFFT checks that the table is longer than slot 7 and calls slot 7
+// for each module it loads; every other slot refuses (801).
+TEST(PrivateTables, CufftModuleTable) {
+  constexpr uint8_t kUuid[16] = {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d,
+                                 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e};
+  const auto* slots = static_cast<const void* const*>(ordo::driver::export_table(kUuid));
+  ASSERT_NE(slots, nullptr);
+  const uintptr_t size = uintptr_t(slots[0]);
+  EXPECT_EQ(size, 56 * sizeof(void*));
+  EXPECT_GT(size, 0x37u) << "cuFFT's check";
+  for (size_t i = 1; i < size / sizeof(void*); ++i) {
+    ASSERT_NE(slots[i], nullptr) << i;
+    if (i == 7) continue;
+    EXPECT_EQ(reinterpret_cast<CUresult (*)()>(const_cast<void*>(slots[i]))(), CUDA_ERROR_NOT_SUPPORTED) << i;
+  }
+  // Before cuInit no module exists: no function, no callback.
+  using Each = int (*)(CUcontext, CUmodule, void (*)(void*, CUfunction), void*);
+  const auto each = reinterpret_cast<Each>(const_cast<void*>(slots[7]));
+  int calls = 0;
+  EXPECT_EQ(each(nullptr, reinterpret_cast<CUmodule>(0x1234), [](void* n, CUfunction) { ++*static_cast<int*>(n); },
+                 &calls),
+            0);
+  EXPECT_EQ(calls, 0);
+}
+
 // ---------------------------------------------------------------- the exported library
 
 void* lib() {
