@@ -23,6 +23,10 @@
 #   trace       ORDO_DRIVER_TRACE=1: the program passes and libcuda.so.1 logs each call's result
 #   props       every key=value line the program prints (props.cu: cudaGetDeviceProperties) equals
 #               the worker's own `ordo-worker --device-info` line for that key
+#   library     a case of libraries.cu on a worker simulating $SIM_DEVICES devices (1 by default),
+#               under ORDO_DRIVER_TRACE=1: it must exit 0, call nothing ordo leaves unimplemented
+#               (no export or private-table slot answering "not supported"), and the worker must
+#               name the library kernel it could not run
 set -uo pipefail
 mode=$1 worker=$2 libpath=$3 twins=$4 prog=$5
 shift 5
@@ -40,7 +44,7 @@ trap cleanup EXIT
 start_worker() {
   rm -f "$region.ready"
   "$worker" --region "$region" --size 64M --backend sim --sim-kernels "$twins" --ready-file "$region.ready" \
-    --quiet "$@" &
+    --quiet "$@" 2>>"${worker_log:-/dev/stderr}" &
   worker_pid=$!
   for _ in $(seq 100); do
     [ -e "$region.ready" ] && return 0
@@ -163,6 +167,20 @@ case $mode in
     diff=$(comm -23 <(grep '=' "$log" | sort) <(sort <<<"$want"))
     [ -z "$diff" ] || { echo "properties that differ from the worker's device (program's lines):"; echo "$diff"; exit 1; }
     echo "all $n properties match ordo-worker --device-info"
+    ;;
+  library)
+    worker_log=$(mktemp)
+    start_worker --sim-devices "${SIM_DEVICES:-1}"
+    run_prog ORDO_DRIVER_TRACE=1 timeout 300 "$prog" "$@"
+    rc=$?
+    grep -v "^ordo-trace: " "$log"
+    missing=$(grep -E "is not supported by the ordo guest library|\(unknown\) -> 801" "$log" | sort | uniq -c)
+    kernel=$(grep -o "kernel .* has no host twin" "$worker_log" | head -1)
+    rm -f "$worker_log"
+    [ $rc -eq 0 ] || { echo "the case failed (rc $rc); its last driver calls:"; grep "^ordo-trace: " "$log" | tail -15; exit 1; }
+    [ -z "$missing" ] || { echo "calls ordo does not implement:"; echo "$missing"; exit 1; }
+    [ -n "$kernel" ] || { echo "the worker named no library kernel it could not run"; exit 1; }
+    echo "worker: $kernel"
     ;;
   *)
     echo "unknown mode $mode"

@@ -187,6 +187,14 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int version
   *pfn = nullptr;
   const ProcLookup r =
       lookup_proc(symbol, version, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, pfn);
+  // What a library looked for and did not get: what to implement next.
+  static const bool trace = [] {
+    const char* t = std::getenv("ORDO_DRIVER_TRACE");
+    return t && *t == '1';
+  }();
+  if (trace && r != ProcLookup::kFound)
+    std::fprintf(stderr, "ordo-trace: cuGetProcAddress(%s, %d): %s\n", symbol, version,
+                 r == ProcLookup::kSymbolNotFound ? "no such entry point" : "only newer versions");
   if (status)
     *status = r == ProcLookup::kFound               ? CU_GET_PROC_ADDRESS_SUCCESS
               : r == ProcLookup::kSymbolNotFound    ? CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
