@@ -4,11 +4,14 @@
 // suites run with three dispatch threads too (the `lanes` suite).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -42,10 +45,35 @@ class RecordingBackend : public NullBackend {
     std::lock_guard lock(mu_);
     return calls_;
   }
+  // While held, a module load waits in the backend (a long JIT compile).
+  Status module_load(uint32_t module, std::span<const std::byte> image) override {
+    std::unique_lock lock(mu_);
+    loading_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !hold_loads_; });
+    loading_ = false;
+    return NullBackend::module_load(module, image);
+  }
+  void hold_loads(bool hold) {
+    std::lock_guard lock(mu_);
+    hold_loads_ = hold;
+    cv_.notify_all();
+  }
+  // Waits until a load is in the backend; whether one still is.
+  bool wait_loading(std::chrono::seconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return loading_; });
+  }
+  bool loading() {
+    std::lock_guard lock(mu_);
+    return loading_;
+  }
 
  private:
   std::mutex mu_;
+  std::condition_variable cv_;
   std::vector<Call> calls_;
+  bool hold_loads_ = false, loading_ = false;
 };
 
 struct Session {
@@ -129,6 +157,51 @@ TEST(DispatchThreads, ControlWithoutEdgesTheWaitingStreamOvertakes) {
 
 // A session ends and a new one attaches while the other threads are parked
 // or busy: every ring starts again at 0 on every thread.
+// A module load (a JIT compile, seconds on a GPU) runs off the dispatch
+// threads: meanwhile every ring, the legacy stream's too, and every other
+// thread's sync calls are served. Without that, the calls below wait for the
+// watchdog's release and find the load gone.
+void long_module_load_holds_nothing(uint32_t dispatch_threads) {
+  Session s(dispatch_threads);
+  Client& c = *s.client;
+  s.backend->hold_loads(true);
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 1000 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    s.backend->hold_loads(false);
+  });
+  uint32_t module = 0;
+  Status loaded = Status::kNotReady;
+  std::thread loader([&] {
+    const std::vector<std::byte> image(4096, std::byte{0x7f});
+    loaded = c.module_load(image.data(), image.size(), &module);
+  });
+  ASSERT_TRUE(s.backend->wait_loading(std::chrono::seconds(10)));
+  Stream other;
+  ASSERT_EQ(c.stream_create(&other, kStreamNonBlocking), Status::kSuccess);
+  for (Stream st : {kLegacyStream, other}) {
+    const uint64_t arg = 1;
+    ASSERT_EQ(c.launch(0, {1}, {1}, &arg, sizeof arg, st), Status::kSuccess);
+    ASSERT_EQ(c.stream_synchronize(st), Status::kSuccess);
+  }
+  Event e;
+  ASSERT_EQ(c.event_create(&e), Status::kSuccess);
+  ASSERT_EQ(c.event_record(e, kLegacyStream), Status::kSuccess);
+  ASSERT_EQ(c.event_synchronize(e), Status::kSuccess);
+  EXPECT_TRUE(s.backend->loading()) << "the calls above waited for the module load";
+  done = true;
+  s.backend->hold_loads(false);
+  loader.join();
+  watchdog.join();
+  ASSERT_EQ(loaded, Status::kSuccess);
+  uint32_t kernel = 0;
+  EXPECT_EQ(c.kernel_lookup(module, "k", &kernel), Status::kSuccess) << "the loaded module is the session's";
+  EXPECT_EQ(c.module_unload(module), Status::kSuccess);
+}
+
+TEST(DispatchThreads, ALongModuleLoadHoldsNoStreamOneThread) { long_module_load_holds_nothing(1); }
+TEST(DispatchThreads, ALongModuleLoadHoldsNoStreamThreeThreads) { long_module_load_holds_nothing(3); }
+
 TEST(DispatchThreads, SessionsComeAndGo) {
   auto b = std::make_unique<RecordingBackend>();
   RecordingBackend* backend = b.get();

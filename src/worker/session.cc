@@ -91,6 +91,7 @@ void Worker::reset_session() {
       if (peers_[d] >> p & 1) backend_.set_peer_access(d, p, false);
   peers_.fill(0);
   events_.reset();
+  side_.drain();  // loads in flight land in modules_ (their replies go to the ended session)
   for (uint32_t m : modules_) backend_.module_unload(m);
   modules_.clear();
   pending_image_ = {};  // an image whose last piece never came

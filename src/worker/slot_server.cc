@@ -72,19 +72,23 @@ bool Worker::try_slot(uint32_t s) {
   return true;
 }
 
-std::function<void()> Worker::deferred_reply(uint32_t s, uint64_t seq) {
-  // Completes from a backend thread: the dispatch thread never waits on the device.
+std::function<void(Status, uint64_t)> Worker::deferred_result(uint32_t s, uint64_t seq) {
+  // Completes from another thread: the dispatch thread never waits on the device.
   uint64_t epoch;
   {
     std::lock_guard lock(error_mu_);
     epoch = session_epoch_;
   }
   pending_notifies_.fetch_add(1, std::memory_order_relaxed);
-  return [this, s, seq, epoch] {
-    reply(s, seq, Status::kSuccess, 0, 0, epoch);
+  return [this, s, seq, epoch](Status st, uint64_t r0) {
+    reply(s, seq, st, r0, 0, epoch);
     // Last: once this reaches 0, ~Worker may run.
     if (pending_notifies_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_notifies_.notify_all();
   };
+}
+
+std::function<void()> Worker::deferred_reply(uint32_t s, uint64_t seq) {
+  return [done = deferred_result(s, seq)] { done(Status::kSuccess, 0); };
 }
 
 void Worker::serve_slot(uint32_t s, const Entry& e, uint64_t seq, bool edges_met) {

@@ -28,6 +28,7 @@
 #include "backend.h"
 #include "doorbell_waiter.h"
 #include "event_table.h"
+#include "side_thread.h"
 #include "stream_table.h"
 #include "ordo/layout.h"
 #include "ordo/ops.h"
@@ -226,6 +227,8 @@ class Worker {
   void serve_slot(uint32_t s, const Entry& e, uint64_t seq, bool edges_met = true);
   // The success reply to slot s for a request a backend callback completes (EventSynchronize, StreamSynchronize).
   std::function<void()> deferred_reply(uint32_t s, uint64_t seq);
+  // The same with a status and a result, for a request another thread completes (ModuleLoad on side_).
+  std::function<void(Status, uint64_t)> deferred_result(uint32_t s, uint64_t seq);
   Status resolve(MemKind kind, uint32_t ring, uint64_t addr, uint64_t size, MemOperand* out);
   Status check_device_range(uint64_t addr, uint64_t size) const;
   static constexpr uint64_t kCurrentEpoch = ~uint64_t{0};
@@ -235,6 +238,7 @@ class Worker {
   // Whether a module image piece at `at` from c's slot continues the pending
   // image (ModuleChunk, ModuleLoad); if not, logs why and drops the image.
   Status continue_image(const SlotCall& c, uint64_t at);
+  bool module_loaded(uint32_t module);
   void async_error(const OpTag& tag, Status s);
   void log_bad(const char* where, uint32_t idx, uint64_t pos, const std::string& why);
   void fresh_ring(uint32_t r);  // a ring's state as a new session finds it
@@ -277,7 +281,10 @@ class Worker {
   // Device variables of this guest's modules: address -> (size, module). Copies
   // may target them; Free may not.
   std::map<uint64_t, std::pair<uint64_t, uint32_t>> globals_;
-  std::set<uint32_t> modules_;                // module ids loaded by this guest
+  // Module ids loaded by this guest, and those side_ is loading; lane 0 and
+  // side_ take modules_mu_.
+  std::mutex modules_mu_;
+  std::set<uint32_t> modules_, loading_;
   // A module image too large for one pinned-heap block, as its ModuleChunk
   // pieces arrive; ModuleLoad completes it. One per session, since the guest
   // sends one such image at a time; at most kMaxModuleImage bytes.
@@ -308,6 +315,8 @@ class Worker {
   } counters_;
   std::atomic<uint32_t> logged_{0};
   std::unique_ptr<Tracer> tracer_;
+  // Last: destroyed first, running what was posted while the rest still lives.
+  SideThread side_;
 };
 
 }  // namespace ordo

@@ -26,10 +26,15 @@ Status Worker::op_Launch(const RingCall& c) {
   return backend_.launch(c.e.stream, p, c.tag);
 }
 
+bool Worker::module_loaded(uint32_t module) {
+  std::lock_guard lock(modules_mu_);
+  return modules_.count(module) != 0;
+}
+
 void Worker::op_KernelLookup(const SlotCall& c) {
   const std::string name = payload_name(c.slot);
   const uint32_t module = uint32_t(decode<Op::KernelLookup>(c.e.arg).module);  // check_entry: fits
-  if (module != 0 && !modules_.count(module)) return reply(c, Status::kInvalidResourceHandle);
+  if (module != 0 && !module_loaded(module)) return reply(c, Status::kInvalidResourceHandle);
   uint32_t id = 0;
   const Status st = backend_.kernel_lookup(module, name, &id);
   reply(c, st, id, ok(st) && !backend_.kernel_runnable(id));
@@ -39,7 +44,7 @@ void Worker::op_ModuleGlobal(const SlotCall& c) {
   const std::string name = payload_name(c.slot);
   const auto a = decode<Op::ModuleGlobal>(c.e.arg);
   const uint32_t module = uint32_t(a.module);  // check_entry: fits
-  if (!modules_.count(module)) return reply(c, Status::kInvalidResourceHandle);
+  if (!module_loaded(module)) return reply(c, Status::kInvalidResourceHandle);
   if (a.device >= devices_) return reply(c, Status::kInvalidDevice);
   uint64_t addr = 0, size = 0;
   const Status st = backend_.module_global(module, uint32_t(a.device), name, a.size, &addr, &size);
@@ -102,20 +107,35 @@ void Worker::op_ModuleLoad(const SlotCall& c) {
     image = std::move(pending_image_.bytes);
     pending_image_ = {};
   }
-  if (modules_.size() >= kMaxModules) return reply(c, Status::kMemoryAllocation);
   if (!append_copy(region_.heap(), a.image, a.size, image)) return reply(c, Status::kMemoryAllocation);
-  uint32_t id = next_module_;
-  while (id == 0 || modules_.count(id)) ++id;  // wraps after 2^32 loads: skip live ids and 0
-  const Status st = backend_.module_load(id, image);
-  if (!ok(st)) return reply(c, st);
-  next_module_ = id + 1;
-  modules_.insert(id);
-  reply(c, st, id);
+  uint32_t id;
+  {
+    std::lock_guard lock(modules_mu_);
+    if (modules_.size() + loading_.size() >= kMaxModules) return reply(c, Status::kMemoryAllocation);
+    id = next_module_;
+    while (id == 0 || modules_.count(id) || loading_.count(id)) ++id;  // wraps after 2^32 loads: skip live ids and 0
+    next_module_ = id + 1;
+    loading_.insert(id);
+  }
+  // The backend loads on side_ (a JIT can take seconds) and answers from there:
+  // meanwhile lane 0 serves its rings and the other slots.
+  side_.post([this, id, image = std::move(image), done = deferred_result(c.slot, c.seq)] {
+    const Status st = backend_.module_load(id, image);
+    {
+      std::lock_guard lock(modules_mu_);
+      loading_.erase(id);
+      if (ok(st)) modules_.insert(id);
+    }
+    done(st, ok(st) ? id : 0);
+  });
 }
 
 void Worker::op_ModuleUnload(const SlotCall& c) {
   const uint32_t module = uint32_t(decode<Op::ModuleUnload>(c.e.arg).module);  // check_entry: fits
-  if (!modules_.erase(module)) return reply(c, Status::kInvalidResourceHandle);
+  {
+    std::lock_guard lock(modules_mu_);
+    if (!modules_.erase(module)) return reply(c, Status::kInvalidResourceHandle);
+  }
   {
     const auto lock = write_memory();
     std::erase_if(globals_, [module](const auto& g) { return g.second.second == module; });

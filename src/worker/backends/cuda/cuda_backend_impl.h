@@ -233,9 +233,10 @@ class CudaBackend final : public Backend {
   // Requires the device current.
   Status load_on(const std::vector<uint64_t>& image, CUmodule* out);
 
-  // Requires mu_. Loads into device 0 at once, which checks the image and
-  // answers kernel lookups; other devices load it (and get their own copy of
-  // its variables) the first time they use it, as CUDA's lazy loading does.
+  // Takes mu_ once loaded (the load itself runs without it). Loads into
+  // device 0 at once, which checks the image and answers kernel lookups; other
+  // devices load it (and get their own copy of its variables) the first time
+  // they use it, as CUDA's lazy loading does.
   Status add_module(uint32_t id, std::span<const std::byte> image);
 
   // Requires mu_ and `device` current: the module's copy on `device`.

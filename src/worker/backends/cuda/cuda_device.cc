@@ -41,7 +41,6 @@ bool CudaBackend::init(std::string* error) {
     streams_[i] = {cudaStreamLegacy, i, OpTag{}};  // guest stream d is device d's legacy default stream
   }
   // The simulator's kernels, for programs that launch them by name (module 0).
-  std::lock_guard lk(mu_);
   if (Status st = add_module(0, builtin_image()); !ok(st)) {
     log("could not load the built-in kernels (status %s): only guest modules can be launched",
         std::to_string(int(st)).c_str());

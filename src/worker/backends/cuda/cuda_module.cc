@@ -40,9 +40,11 @@ Status CudaBackend::module_load(uint32_t module, std::span<const std::byte> imag
     log("rejected module image: %s", why.c_str());
     return to_status(CUDA_ERROR_INVALID_IMAGE);  // what the driver answers for an image it cannot parse
   }
-  std::lock_guard lk(mu_);
-  if (modules_.count(module)) return Status::kInvalidResourceHandle;
-  if (modules_.size() > kMaxModules) return Status::kMemoryAllocation;  // ids are the worker's; the count is ours
+  {
+    std::lock_guard lk(mu_);
+    if (modules_.count(module)) return Status::kInvalidResourceHandle;
+    if (modules_.size() > kMaxModules) return Status::kMemoryAllocation;  // ids are the worker's; the count is ours
+  }
   return add_module(module, image);
 }
 
@@ -145,9 +147,11 @@ Status CudaBackend::load_on(const std::vector<uint64_t>& image, CUmodule* out) {
   return to_status(r);
 }
 
-// Requires mu_. Loads into device 0 at once, which checks the image and
-// answers kernel lookups; other devices load it (and get their own copy of
-// its variables) the first time they use it, as CUDA's lazy loading does.
+// Loads into device 0 at once, which checks the image and answers kernel
+// lookups; other devices load it (and get their own copy of its variables) the
+// first time they use it, as CUDA's lazy loading does. The load (a JIT compile
+// for PTX) runs without mu_, so launches and copies go on meanwhile; the
+// worker never loads one id twice.
 Status CudaBackend::add_module(uint32_t id, std::span<const std::byte> image) {
   if (image.empty()) return Status::kInvalidValue;
   std::vector<uint64_t> copy = padded(image);
@@ -156,6 +160,7 @@ Status CudaBackend::add_module(uint32_t id, std::span<const std::byte> image) {
   bind(0);
   if (Status st = load_on(copy, &m.on[0]); !ok(st)) return st;
   if (device_count() > 1) m.image = std::move(copy);
+  std::lock_guard lk(mu_);
   modules_.emplace(id, std::move(m));
   return Status::kSuccess;
 }
