@@ -9,6 +9,11 @@
 
 namespace ordo::driver {
 
+// mempool.cc
+CUresult mem_alloc_async(CUdeviceptr* ptr, size_t size, CUstream s, bool per_thread);
+CUresult mem_alloc_from_pool_async(CUdeviceptr* ptr, size_t size, CUmemoryPool pool, CUstream s, bool per_thread);
+CUresult mem_free_async(CUdeviceptr ptr, CUstream s, bool per_thread);
+
 // copy.cc
 CUresult memcpy_htod(CUdeviceptr dst, const void* src, size_t n, bool per_thread);
 CUresult memcpy_dtoh(void* dst, CUdeviceptr src, size_t n, bool per_thread);
