@@ -92,14 +92,17 @@ for unit in ordo-worker@ ordo-ivshmem-server@; do
 done
 
 echo "== guest loader path"
-# As in a guest's /etc: ldconfig must find libcuda.so.1 through the package's drop-in.
+# As in a guest's /etc: ldconfig must find libcuda.so.1 and libnvidia-ml.so.1
+# through the package's drop-in.
 echo 'include /etc/ld.so.conf.d/*.conf' > "$tmp/guest/etc/ld.so.conf"
 ldconfig=(/sbin/ldconfig)
 [ "$(id -u)" -eq 0 ] || ldconfig=(unshare -r /sbin/ldconfig)  # -r chroots
 "${ldconfig[@]}" -r "$tmp/guest" || bad "${ldconfig[*]} -r failed in the guest root"
-found=$(/sbin/ldconfig -C "$tmp/guest/etc/ld.so.cache" -p | sed -n 's/^\tlibcuda\.so\.1 .* => //p')
-[ "$found" = "/usr/lib/$multiarch/ordo/libcuda.so.1" ] || bad "ldconfig in the guest root resolves libcuda.so.1 to '$found'"
-echo "libcuda.so.1 => $found"
+for lib in libcuda.so.1 libnvidia-ml.so.1; do
+  found=$(/sbin/ldconfig -C "$tmp/guest/etc/ld.so.cache" -p | awk -v l="$lib" '$1 == l {print $NF}')
+  [ "$found" = "/usr/lib/$multiarch/ordo/$lib" ] || bad "ldconfig in the guest root resolves $lib to '$found'"
+  echo "$lib => $found"
+done
 rm "$tmp/guest/etc/ld.so.conf" "$tmp/guest/etc/ld.so.cache"
 
 echo "== README example against the packages"
