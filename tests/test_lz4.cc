@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "nvcc_output.h"
 #include "transport/lz4.h"
 #include "transport/module_image.h"
 
@@ -95,19 +96,6 @@ TEST(Lz4, MalformedBlocksAreRefused) {
 
 // ---------------------------------------------------------------- nvcc's output
 
-Bytes load(const char* env) {
-  const char* path = std::getenv(env);
-  if (!path) return {};
-  std::ifstream f(path, std::ios::binary);
-  std::vector<char> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  Bytes out(c.size());
-  if (!c.empty()) std::memcpy(out.data(), c.data(), c.size());
-  return out;
-}
-
-#define LOAD_OR_SKIP(var, env)                 \
-  const Bytes var = load(env);                 \
-  if (var.empty()) GTEST_SKIP() << env << " is not set (no nvcc, or not run by meson test)"
 
 // The LZ4 entries of a fatbin: (entry, its compressed bytes).
 std::vector<std::pair<FatbinEntry, Bytes>> lz4_entries(const Bytes& img) {

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "nvcc_output.h"
 #include "transport/module_image.h"
 
 namespace ordo::image {
@@ -398,19 +399,6 @@ TEST(ModuleImage, FormatNames) {
 
 // ---------------------------------------------------------------- nvcc output
 
-Bytes load(const char* env) {
-  const char* path = std::getenv(env);
-  if (!path) return {};
-  std::ifstream f(path, std::ios::binary);
-  std::vector<char> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  Bytes out(c.size());
-  if (!c.empty()) std::memcpy(out.data(), c.data(), c.size());
-  return out;
-}
-
-#define LOAD_OR_SKIP(var, env)                                                       \
-  const Bytes var = load(env);                                                       \
-  if (var.empty()) GTEST_SKIP() << env << " is not set (no nvcc, or not run by meson test)"
 
 // The cubins of a fatbin have sections .nv.info.<kernel> (SHT_CUDA_INFO).
 int kernels_in(std::span<const std::byte> cubin) {
@@ -456,7 +444,7 @@ TEST(ModuleImage, NvccFatbinIsWalkedAndAccepted) {
 
 TEST(ModuleImage, NvccVariantsAreAccepted) {
   for (const char* env : {"FATBIN_DEFAULT", "FATBIN_COMPRESSED", "FATBIN_LZ4", "FATBIN_PTX", "CUDA_BUILTINS_FATBIN"}) {
-    const Bytes img = load(env);
+    const Bytes img = ordo::test::load_nvcc_output(env);
     if (img.empty()) continue;
     EXPECT_EQ(classify(img), Format::kFatbin) << env;
     EXPECT_EQ(validate(img), "ok") << env;
