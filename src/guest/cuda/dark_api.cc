@@ -77,16 +77,9 @@ CUresult CUDAAPI unknown_slot() { return CUDA_ERROR_NOT_SUPPORTED; }
 
 // A slot of the 21318c60 or 6e163fbe table whose meaning is unknown refuses,
 // and under ORDO_DRIVER_TRACE=1 says which slot was called: what to implement next.
-bool trace_slots() {
-  static const bool on = [] {
-    const char* t = std::getenv("ORDO_DRIVER_TRACE");
-    return t && *t == '1';
-  }();
-  return on;
-}
 template <uint32_t Tag, int I>
 CUresult CUDAAPI unknown_traced_slot() {
-  if (trace_slots()) std::fprintf(stderr, "ordo-trace: export table %08x slot %d (unknown) -> 801\n", Tag, I);
+  if (driver_trace()) std::fprintf(stderr, "ordo-trace: export table %08x slot %d (unknown) -> 801\n", Tag, I);
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 CUresult CUDAAPI success_slot() { return CUDA_SUCCESS; }

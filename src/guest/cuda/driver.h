@@ -16,5 +16,7 @@ CUresult CUDAAPI cls_get(void** value, CUcontext ctx, void* key);
 // Fills up to `max` devices; returns how many, or -CUresult when the host is unreachable.
 int device_hash_info(DeviceHashInfo* out, int max);
 int driver_version();
+// ORDO_DRIVER_TRACE=1: calls, unknown table slots and missing entry points are logged.
+bool driver_trace();
 
 }  // namespace ordo::driver

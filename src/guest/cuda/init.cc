@@ -129,6 +129,14 @@ ordo::Client* attached_client() { return g_client.load(std::memory_order_acquire
 
 int driver_version() { return CUDA_VERSION; }
 
+bool driver_trace() {
+  static const bool on = [] {
+    const char* t = std::getenv("ORDO_DRIVER_TRACE");
+    return t && *t == '1';
+  }();
+  return on;
+}
+
 // ================================================================ for cuGetProcAddress (proc_table.h)
 
 ProcLookup lookup_proc(std::string_view name, int version, bool per_thread, void** fn) {
@@ -143,11 +151,7 @@ ProcLookup lookup_proc(std::string_view name, int version, bool per_thread, void
   for (auto* e = first; e != end && e->name == name; ++e)
     if (e->per_thread == want && e->version <= version) best = e;  // sorted by version: the newest wins
   if (!best) return ProcLookup::kVersionNotSufficient;
-  static const bool trace = [] {
-    const char* t = std::getenv("ORDO_DRIVER_TRACE");
-    return t && *t == '1';
-  }();
-  *fn = trace ? best->traced : best->fn;
+  *fn = driver_trace() ? best->traced : best->fn;
   return ProcLookup::kFound;
 }
 
@@ -188,11 +192,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int version
   const ProcLookup r =
       lookup_proc(symbol, version, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0, pfn);
   // What a library looked for and did not get: what to implement next.
-  static const bool trace = [] {
-    const char* t = std::getenv("ORDO_DRIVER_TRACE");
-    return t && *t == '1';
-  }();
-  if (trace && r != ProcLookup::kFound)
+  if (driver_trace() && r != ProcLookup::kFound)
     std::fprintf(stderr, "ordo-trace: cuGetProcAddress(%s, %d): %s\n", symbol, version,
                  r == ProcLookup::kSymbolNotFound ? "no such entry point" : "only newer versions");
   if (status)
