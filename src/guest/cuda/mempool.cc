@@ -36,6 +36,11 @@ struct Pools {
     if (!p) p = std::make_unique<MemPool>(MemPool{d});
     return p.get();
   }
+  // cuDeviceSetMemPool's pool for device d, else its default.
+  MemPool* current_of(CUdevice d) {
+    auto it = current.find(d);
+    return it != current.end() ? it->second : default_of(d);
+  }
   bool valid(MemPool* p) {
     if (created.count(p)) return true;
     for (auto& [d, q] : defaults)
@@ -86,8 +91,7 @@ CUresult mem_alloc_async(CUdeviceptr* ptr, size_t size, CUstream stream, bool pe
   MemPool* p = nullptr;
   {
     std::lock_guard<std::mutex> l(pools().mu);
-    auto it = pools().current.find(dev);
-    p = it != pools().current.end() ? it->second : pools().default_of(dev);
+    p = pools().current_of(dev);
   }
   return mem_alloc_from_pool_async(ptr, size, handle_of(p), stream, per_thread);
 }
@@ -200,8 +204,7 @@ CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
   if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard<std::mutex> l(pools().mu);
-  auto it = pools().current.find(dev);
-  *pool = handle_of(it != pools().current.end() ? it->second : pools().default_of(dev));
+  *pool = handle_of(pools().current_of(dev));
   return CUDA_SUCCESS;
 }
 

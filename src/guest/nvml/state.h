@@ -20,6 +20,12 @@ nvmlReturn_t ordinal_of(nvmlDevice_t device, CUdevice* ordinal);
 #define ORDINAL(device, ord) \
   CUdevice ord = 0;          \
   if (nvmlReturn_t r_ = ordo_nvml::ordinal_of(device, &ord); r_ != NVML_SUCCESS) return r_
+// Returns ordinal_of's error for a handle that names no device.
+#define CHECK_DEVICE(device)                                                                    \
+  do {                                                                                          \
+    CUdevice unused_ = 0;                                                                       \
+    if (nvmlReturn_t r_ = ordo_nvml::ordinal_of(device, &unused_); r_ != NVML_SUCCESS) return r_; \
+  } while (0)
 
 nvmlDevice_t handle_of(CUdevice ordinal);
 // The driver's device count, capped at kMaxDevices.

@@ -30,30 +30,26 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, 
 
 nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int, nvmlEnableState_t* active) {
   if (!active) return NVML_ERROR_INVALID_ARGUMENT;
-  ORDINAL(device, d);
-  (void)d;
+  CHECK_DEVICE(device);
   return NVML_ERROR_NOT_SUPPORTED;
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int, nvmlNvLinkCapability_t,
                                            unsigned int* result) {
   if (!result) return NVML_ERROR_INVALID_ARGUMENT;
-  ORDINAL(device, d);
-  (void)d;
+  CHECK_DEVICE(device);
   return NVML_ERROR_NOT_SUPPORTED;
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int, unsigned int* version) {
   if (!version) return NVML_ERROR_INVALID_ARGUMENT;
-  ORDINAL(device, d);
-  (void)d;
+  CHECK_DEVICE(device);
   return NVML_ERROR_NOT_SUPPORTED;
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int, nvmlPciInfo_t* pci) {
   if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
-  ORDINAL(device, d);
-  (void)d;
+  CHECK_DEVICE(device);
   return NVML_ERROR_NOT_SUPPORTED;
 }
 
@@ -63,8 +59,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int 
 
 nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int, int* type) {
   if (!type) return NVML_ERROR_INVALID_ARGUMENT;
-  ORDINAL(device, d);
-  (void)d;
+  CHECK_DEVICE(device);
   return NVML_ERROR_NOT_SUPPORTED;
 }
 
@@ -72,8 +67,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned i
 // status), as for fields a GPU lacks.
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t* values) {
   if (count < 0 || (count > 0 && !values)) return NVML_ERROR_INVALID_ARGUMENT;
-  ORDINAL(device, d);
-  (void)d;
+  CHECK_DEVICE(device);
   for (int i = 0; i < count; ++i) {
     values[i].timestamp = 0;
     values[i].latencyUsec = 0;
@@ -86,8 +80,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldV
 nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t* info) {
   if (!info) return NVML_ERROR_INVALID_ARGUMENT;
   if (info->version != nvmlGpuFabricInfo_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-  ORDINAL(device, d);
-  (void)d;
+  CHECK_DEVICE(device);
   std::memset(info, 0, sizeof *info);
   info->version = nvmlGpuFabricInfo_v2;
   info->status = NVML_ERROR_NOT_SUPPORTED;
@@ -97,8 +90,7 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV
 
 nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t device, void* info) {
   if (!info) return NVML_ERROR_INVALID_ARGUMENT;
-  ORDINAL(device, d);
-  (void)d;
+  CHECK_DEVICE(device);
   return NVML_ERROR_NOT_SUPPORTED;
 }
 
@@ -106,8 +98,7 @@ nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t device, void* info) {
 // "near" it, so callers that bind threads to the device keep them anywhere.
 nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int words, unsigned long* set) {
   if (!set || words == 0) return NVML_ERROR_INVALID_ARGUMENT;
-  ORDINAL(device, d);
-  (void)d;
+  CHECK_DEVICE(device);
   const long cpus = sysconf(_SC_NPROCESSORS_CONF);
   constexpr unsigned kBits = 8 * sizeof(unsigned long);
   for (unsigned w = 0; w < words; ++w) {
