@@ -152,6 +152,13 @@ Entry module_chunk_entry(uint64_t off, uint64_t size, uint64_t at) {
   return e;
 }
 
+// A lookup of kernel ordo_noop (the payload the caller writes) in `module`.
+Entry lookup_entry(uint64_t module) {
+  Entry e = entry(Op::KernelLookup);
+  e.arg[0] = module;
+  return e;
+}
+
 std::vector<std::pair<std::string, Entry>> good_entries(const Layout& l) {
   std::vector<std::pair<std::string, Entry>> v;
   for (size_t i = 0; i < kOpCount; ++i)
@@ -1384,17 +1391,14 @@ TEST_F(Hostile, ModuleOpsWithBadIdsSizesAndOffsets) {
     Entry un = entry(Op::ModuleUnload);
     un.arg[0] = m;
     EXPECT_EQ(slot_call(un), Status::kInvalidResourceHandle) << m;
-    Entry lk = entry(Op::KernelLookup);
-    lk.arg[0] = m;
-    EXPECT_EQ(slot_call(lk, &id, "ordo_noop", 10), Status::kInvalidResourceHandle) << m;
+    EXPECT_EQ(slot_call(lookup_entry(m), &id, "ordo_noop", 10), Status::kInvalidResourceHandle) << m;
   }
   // A real load through the heap: the id works for lookups until unloaded, then not.
   load.arg[0] = 0;
   load.arg[1] = 64;
   ASSERT_EQ(slot_call(load, &id), Status::kSuccess);
   ASSERT_NE(id, 0u);
-  Entry lk = entry(Op::KernelLookup);
-  lk.arg[0] = id;
+  const Entry lk = lookup_entry(id);
   uint64_t k = UINT64_MAX;
   EXPECT_EQ(slot_call(lk, &k, "ordo_noop", 10), Status::kSuccess);
   EXPECT_EQ(uint32_t(k), kernel(*c_, "ordo_noop"));
@@ -1461,8 +1465,7 @@ TEST_F(Hostile, ModuleImagePiecesOutOfOrderOrUnclaimed) {
   ASSERT_EQ(chunk(64), Status::kSuccess);
   ASSERT_EQ(load(128), Status::kSuccess);
   ASSERT_NE(id, 0u);
-  Entry lk = entry(Op::KernelLookup);
-  lk.arg[0] = id;
+  const Entry lk = lookup_entry(id);
   uint64_t k = UINT64_MAX;
   EXPECT_EQ(slot_call(lk, &k, "ordo_noop", 10), Status::kSuccess);
   EXPECT_EQ(uint32_t(k), kernel(*c_, "ordo_noop"));

@@ -306,7 +306,7 @@ class Worker {
   // The dispatch loop's pass count, stored every 16th pass; the heartbeat thread watches it.
   std::atomic<uint32_t> loop_passes_{0};
   mutable std::mutex error_mu_;  // slot writes (errors, replies) come from backend threads too
-  std::atomic<uint32_t> pending_notifies_{0};  // EventSynchronize callbacks not yet run
+  std::atomic<uint32_t> pending_notifies_{0};  // deferred replies not yet written (deferred_result)
   uint64_t session_epoch_ = 0;    // under error_mu_: bumped per reset, so late callbacks of a past session write nothing
   // Written by the dispatch thread (errors also by backend threads), read by stats().
   struct Counters {
