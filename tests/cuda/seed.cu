@@ -4,12 +4,15 @@
 //   tells thread B; B records an event on S, makes S2 wait for it, and copies
 //   new data into `in` on S2. The kernel must have read the original input.
 // Repeats ITERATIONS times (argv[1], default 20); prints the number of
-// violations and exits 1 if there was any.
+// violations and exits 1 if there was any. argv[2]: the kernel's sleep in
+// microseconds; argv[3] "graph": thread A launches a CUDA graph captured from
+// the kernel launch instead (a graph launch is ordered like a kernel).
 #include <cuda_runtime.h>
 
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,6 +32,17 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
   cudaEvent_t ev;
   CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  const bool graph = argc > 3 && std::strcmp(argv[3], "graph") == 0;
+  cudaGraphExec_t exec = nullptr;
+  if (graph) {
+    cudaGraph_t g;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    slow_copy<<<1, 256, 0, s>>>(in, out, n, sleep_us);
+    CHECK(cudaGetLastError());
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CHECK(cudaGraphDestroy(g));
+  }
   std::vector<int> original(n), replacement(n), result(n);
   int violations = 0;
   for (int it = 0; it < iterations; ++it) {
@@ -44,8 +58,12 @@ int main(int argc, char** argv) {
     std::condition_variable cv;
     bool launched = false;
     std::thread a([&] {
-      slow_copy<<<1, 256, 0, s>>>(in, out, n, sleep_us);
-      CHECK(cudaGetLastError());
+      if (graph) {
+        CHECK(cudaGraphLaunch(exec, s));
+      } else {
+        slow_copy<<<1, 256, 0, s>>>(in, out, n, sleep_us);
+        CHECK(cudaGetLastError());
+      }
       std::lock_guard lock(mu);
       launched = true;
       cv.notify_one();
@@ -66,11 +84,13 @@ int main(int argc, char** argv) {
     CHECK(cudaMemcpy(result.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
     if (result != original) ++violations;
   }
+  if (exec) CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaEventDestroy(ev));
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaStreamDestroy(s2));
   CHECK(cudaFree(in));
   CHECK(cudaFree(out));
-  std::printf("seed scenario: %d violations in %d iterations\n", violations, iterations);
+  std::printf("seed scenario%s: %d violations in %d iterations\n", graph ? " (graph launches)" : "", violations,
+              iterations);
   return violations ? 1 : 0;
 }

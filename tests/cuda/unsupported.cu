@@ -8,9 +8,11 @@ __global__ void touch(int* p) { *p = 5; }
 
 int main() {
   int failures = 0;
-  cudaGraph_t graph;
-  cudaError_t e = cudaGraphCreate(&graph, 0);
-  std::printf("cudaGraphCreate -> %d (%s)\n", int(e), cudaGetErrorName(e));
+  int* d;
+  failures += cudaMalloc(&d, sizeof(int)) != cudaSuccess;
+  cudaIpcMemHandle_t ipc;
+  cudaError_t e = cudaIpcGetMemHandle(&ipc, d);
+  std::printf("cudaIpcGetMemHandle -> %d (%s)\n", int(e), cudaGetErrorName(e));
   failures += e != cudaErrorNotSupported;
   cudaArray_t array;
   const cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
@@ -22,9 +24,7 @@ int main() {
   e = cudaMallocManaged(&managed, 64);
   failures += e != cudaErrorNotSupported;
   // Still working afterwards.
-  int* d;
   int v = 0;
-  failures += cudaMalloc(&d, sizeof(int)) != cudaSuccess;
   touch<<<1, 1>>>(d);
   failures += cudaMemcpy(&v, d, sizeof v, cudaMemcpyDeviceToHost) != cudaSuccess;
   failures += v != 5;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "driver.h"
+#include "graph.h"
 
 namespace ordo::driver {
 
@@ -369,6 +370,7 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult e = capture_check_unsafe(); e != CUDA_SUCCESS) return e;
   return to_cu(c->device_synchronize());
 }
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
@@ -376,6 +378,7 @@ CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   const Context* x = ctx ? context_of(ctx) : current();
   if (ctx && !x) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult e = capture_check_unsafe(); e != CUDA_SUCCESS) return e;
   return to_cu(on_device(c, x ? x->device : this_device(), [c] { return c->device_synchronize(); }));
 }
 

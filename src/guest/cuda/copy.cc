@@ -1,6 +1,7 @@
 // Copies: host to device, device to host, device to device (cuMemcpy tells
 // which from the allocations it knows), between devices, and 2D copies.
 #include "forwarded.h"
+#include "graph.h"
 
 #include <cstring>
 
@@ -10,6 +11,22 @@ namespace {
 enum class Side { kHost, kDevice };
 
 Side side_of(CUdeviceptr p) { return device_allocs().find(p, nullptr, nullptr) ? Side::kDevice : Side::kHost; }
+
+// A copy as a graph's memcpy node: one row.
+NodeWork copy_node(uint64_t dst, Side ds, uint64_t src, Side ss, size_t n) {
+  NodeWork w;
+  w.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  CUDA_MEMCPY3D& p = w.copy;
+  p.srcMemoryType = ss == Side::kHost ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+  if (ss == Side::kHost) p.srcHost = reinterpret_cast<const void*>(src);
+  else p.srcDevice = src;
+  p.dstMemoryType = ds == Side::kHost ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+  if (ds == Side::kHost) p.dstHost = reinterpret_cast<void*>(dst);
+  else p.dstDevice = dst;
+  p.srcPitch = p.dstPitch = p.WidthInBytes = n;
+  p.srcHeight = p.dstHeight = p.Height = p.Depth = 1;
+  return w;
+}
 
 // One copy in stream order; `sync`: the call returns once it is done (the synchronous API).
 CUresult copy(uint64_t dst, Side ds, uint64_t src, Side ss, size_t n, CUstream stream, bool sync, bool per_thread) {
@@ -23,6 +40,10 @@ CUresult copy(uint64_t dst, Side ds, uint64_t src, Side ss, size_t n, CUstream s
   // A mapped pinned pointer passed as device memory is still the guest's host memory.
   if (ds == Side::kDevice && mapped_host(c, dst, n)) ds = Side::kHost;
   if (ss == Side::kDevice && mapped_host(c, src, n)) ss = Side::kHost;
+  if (any_capture()) {
+    CUresult r;
+    if (sync ? capture_forbids_wait(c, s, &r) : capture_work(c, s, copy_node(dst, ds, src, ss, n), &r)) return r;
+  }
   Status st;
   if (ds == Side::kDevice && ss == Side::kHost) {
     const void* from = reinterpret_cast<const void*>(src);
@@ -62,6 +83,12 @@ CUresult copy_peer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontex
           return to_cu(st);
   } else if (!from_handle(c, stream, per_thread, &s)) {
     return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (any_capture()) {
+    CUresult r;
+    if (sync ? capture_forbids_wait(c, s, &r)
+             : capture_work(c, s, copy_node(dst, Side::kDevice, src, Side::kDevice, n), &r))
+      return r;
   }
   Status st = c->memcpy_peer_async(dst, uint32_t(device_of(dc)), src, uint32_t(device_of(sc)), n, s);
   if (ok(st) && sync) st = c->stream_synchronize(s);

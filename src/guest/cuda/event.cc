@@ -1,6 +1,7 @@
 // Events: created, recorded and waited for in the worker; a handle is the
 // worker's event handle.
 #include "forwarded.h"
+#include "graph.h"
 
 namespace ordo::driver {
 
@@ -12,11 +13,24 @@ CUresult event_record(CUevent event, CUstream stream, bool per_thread) {
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
   ordo::Stream s;
   if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (any_capture())
+    if (CUresult r; capture_event_record(c, s, event, &r)) return r;
   return to_cu(c->event_record(to_event(event), s));
 }
 
 CUresult event_record_with_flags(CUevent event, CUstream stream, unsigned flags, bool per_thread) {
   if (flags & ~unsigned(CU_EVENT_RECORD_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & CU_EVENT_RECORD_EXTERNAL) && any_capture() && event) {
+    // In a capture, an external record is a node of the graph, recorded when it runs.
+    ordo::Client* c = nullptr;
+    if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+    ordo::Stream s;
+    if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+    NodeWork w;
+    w.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+    w.event = event;
+    if (CUresult r; capture_work(c, s, std::move(w), &r)) return r;
+  }
   return event_record(event, stream, per_thread);
 }
 
@@ -51,6 +65,8 @@ CUresult CUDAAPI cuEventSynchronize(CUevent event) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
+  if (any_capture())
+    if (CUresult r; capture_forbids_event_wait(event, &r)) return r;
   return to_cu(c->event_synchronize(to_event(event)));
 }
 
@@ -58,6 +74,8 @@ CUresult CUDAAPI cuEventQuery(CUevent event) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
+  if (any_capture())
+    if (CUresult r; capture_forbids_event_wait(event, &r)) return r;
   return to_cu(c->event_query(to_event(event)));
 }
 

@@ -52,9 +52,30 @@ CUresult stream_get_id(CUstream h, unsigned long long* id, bool per_thread);
 CUresult stream_get_ctx(CUstream h, CUcontext* ctx, bool per_thread);
 CUresult stream_get_ctx_v2(CUstream h, CUcontext* ctx, CUgreenCtx* green, bool per_thread);
 CUresult stream_get_device(CUstream h, CUdevice* dev, bool per_thread);
-CUresult stream_is_capturing(CUstream h, CUstreamCaptureStatus* status, bool per_thread);
 CUresult launch_host_func(CUstream stream, CUhostFn fn, void* data, bool per_thread);
 CUresult stream_add_callback(CUstream stream, CUstreamCallback cb, void* data, unsigned flags, bool per_thread);
+
+// capture.cc
+CUresult stream_begin_capture(CUstream h, CUstreamCaptureMode mode, bool per_thread);
+CUresult stream_begin_capture_to_graph(CUstream h, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* edges,
+                                       size_t n, CUstreamCaptureMode mode, bool per_thread);
+CUresult stream_end_capture(CUstream h, CUgraph* out, bool per_thread);
+CUresult stream_is_capturing(CUstream h, CUstreamCaptureStatus* status, bool per_thread);
+CUresult stream_get_capture_info(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id, bool per_thread);
+CUresult stream_get_capture_info_v2(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                                    const CUgraphNode** deps, size_t* n, bool per_thread);
+CUresult stream_get_capture_info_v3(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                                    const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* n,
+                                    bool per_thread);
+CUresult stream_update_capture_dependencies(CUstream h, CUgraphNode* deps, size_t n, unsigned flags, bool per_thread);
+CUresult stream_update_capture_dependencies_v2(CUstream h, CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n,
+                                               unsigned flags, bool per_thread);
+
+// graph.cc
+CUresult graph_launch(CUgraphExec x, CUstream s, bool per_thread);
+CUresult graph_upload(CUgraphExec x, CUstream s, bool per_thread);
+CUresult graph_instantiate_with_params(CUgraphExec* out, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p,
+                                       bool per_thread);
 
 // event.cc
 CUresult event_record(CUevent event, CUstream stream, bool per_thread);

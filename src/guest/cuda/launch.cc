@@ -1,5 +1,6 @@
 // Launches, and what a launch may use: function attributes and occupancy.
 #include "forwarded.h"
+#include "graph.h"
 #include "module.h"
 
 #include <algorithm>
@@ -7,6 +8,43 @@
 
 namespace ordo::driver {
 namespace {
+
+// The packed arguments of a launch of `f`: from `extra` as they are, else
+// from `params` by the kernel's layout (into *packed). CUDA's launch errors.
+CUresult pack_args(Function* f, void** params, void** extra, ParamBuffer* packed, const void** buf, uint64_t* size) {
+  *buf = nullptr;
+  *size = 0;
+  if (extra) {
+    // {CU_LAUNCH_PARAM_BUFFER_POINTER, p, CU_LAUNCH_PARAM_BUFFER_SIZE, &n, CU_LAUNCH_PARAM_END}: already packed.
+    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
+      if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) *buf = e[1];
+      else if (*e == CU_LAUNCH_PARAM_BUFFER_SIZE && e[1]) *size = *static_cast<size_t*>(e[1]);
+      else return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (params || (*size && !*buf)) return CUDA_ERROR_INVALID_VALUE;
+  } else {
+    if (!f->layout) {
+      std::fprintf(stderr, "ordo: no parameter layout for kernel %s in its module%s%s; it cannot be launched\n",
+                   f->name.c_str(), f->module->parse_error.empty() ? "" : ": ", f->module->parse_error.c_str());
+      return CUDA_ERROR_INVALID_IMAGE;
+    }
+    switch (pack_params(*f->layout, params, packed)) {
+      case PackError::kNone: break;
+      case PackError::kMissingArgument: return CUDA_ERROR_INVALID_VALUE;
+      case PackError::kBadLayout: return CUDA_ERROR_INVALID_IMAGE;
+    }
+    *buf = packed->data();
+    *size = packed->size();
+  }
+  if (*size > kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+CUresult check_smem(Function* f, unsigned smem) {
+  if (smem > unsigned(f->max_dynamic_smem.load(std::memory_order_relaxed)) && smem > 48 * 1024)
+    return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
 
 CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stream, void** params, void** extra,
                 bool per_thread) {
@@ -18,31 +56,18 @@ CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stre
   const void* buf = nullptr;
   uint64_t size = 0;
   ParamBuffer packed;
-  if (extra) {
-    // {CU_LAUNCH_PARAM_BUFFER_POINTER, p, CU_LAUNCH_PARAM_BUFFER_SIZE, &n, CU_LAUNCH_PARAM_END}: already packed.
-    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
-      if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = e[1];
-      else if (*e == CU_LAUNCH_PARAM_BUFFER_SIZE && e[1]) size = *static_cast<size_t*>(e[1]);
-      else return CUDA_ERROR_INVALID_VALUE;
-    }
-    if (params || (size && !buf)) return CUDA_ERROR_INVALID_VALUE;
-  } else {
-    if (!f->layout) {
-      std::fprintf(stderr, "ordo: no parameter layout for kernel %s in its module%s%s; it cannot be launched\n",
-                   f->name.c_str(), f->module->parse_error.empty() ? "" : ": ", f->module->parse_error.c_str());
-      return CUDA_ERROR_INVALID_IMAGE;
-    }
-    switch (pack_params(*f->layout, params, &packed)) {
-      case PackError::kNone: break;
-      case PackError::kMissingArgument: return CUDA_ERROR_INVALID_VALUE;
-      case PackError::kBadLayout: return CUDA_ERROR_INVALID_IMAGE;
-    }
-    buf = packed.data();
-    size = packed.size();
+  if (CUresult e = pack_args(f, params, extra, &packed, &buf, &size); e != CUDA_SUCCESS) return e;
+  if (CUresult e = check_smem(f, smem); e != CUDA_SUCCESS) return e;
+  if (any_capture()) {
+    NodeWork w;
+    w.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    w.fn = reinterpret_cast<CUfunction>(f);
+    w.grid = grid;
+    w.block = block;
+    w.smem = smem;
+    w.args.assign(static_cast<const std::byte*>(buf), static_cast<const std::byte*>(buf) + size);
+    if (CUresult r; capture_work(c, s, std::move(w), &r)) return r;
   }
-  if (size > kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
-  if (smem > unsigned(f->max_dynamic_smem.load(std::memory_order_relaxed)) && smem > 48 * 1024)
-    return CUDA_ERROR_INVALID_VALUE;
   return to_cu(c->launch(f->id, grid, block, buf, uint32_t(size), s, smem));
 }
 
@@ -139,6 +164,33 @@ CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** par
   return launch(function_of(f), {config->gridDimX, config->gridDimY, config->gridDimZ},
                 {config->blockDimX, config->blockDimY, config->blockDimZ}, config->sharedMemBytes, config->hStream,
                 params, extra, per_thread);
+}
+
+CUresult kernel_node_work(CUfunction fn, Dim3 grid, Dim3 block, unsigned smem, void** params, void** extra,
+                          NodeWork* w) {
+  Function* f = function_of(fn);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z) return CUDA_ERROR_INVALID_VALUE;
+  const void* buf = nullptr;
+  uint64_t size = 0;
+  ParamBuffer packed;
+  if (CUresult e = pack_args(f, params, extra, &packed, &buf, &size); e != CUDA_SUCCESS) return e;
+  if (CUresult e = check_smem(f, smem); e != CUDA_SUCCESS) return e;
+  w->type = CU_GRAPH_NODE_TYPE_KERNEL;
+  w->fn = fn;
+  w->grid = grid;
+  w->block = block;
+  w->smem = smem;
+  w->args.assign(static_cast<const std::byte*>(buf), static_cast<const std::byte*>(buf) + size);
+  return CUDA_SUCCESS;
+}
+
+void kernel_arg_pointers(GraphNode* n) {
+  n->arg_ptrs.clear();
+  const Function* f = function_of(n->work.fn);
+  if (!f || !f->layout) return;
+  for (const KernelParam& p : f->layout->params)
+    n->arg_ptrs.push_back(p.offset + p.size <= n->work.args.size() ? n->work.args.data() + p.offset : nullptr);
 }
 
 }  // namespace ordo::driver

@@ -1,6 +1,7 @@
 // Memory: device and page-locked host allocations, registered host memory,
 // pointer attributes, and memsets.
 #include "forwarded.h"
+#include "graph.h"
 
 #include <atomic>
 #include <cstdio>
@@ -40,6 +41,12 @@ CUresult memset_n(CUdeviceptr dst, uint32_t value, int width, size_t count, CUst
   ordo::Stream s = ordo::kLegacyStream;
   if (sync) s = per_thread ? c->per_thread_stream() : ordo::kLegacyStream;
   else if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (any_capture()) {
+    NodeWork w;
+    w.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    w.set = {dst, count * width, value, unsigned(width), count, 1};
+    if (CUresult r; sync ? capture_forbids_wait(c, s, &r) : capture_work(c, s, std::move(w), &r)) return r;
+  }
   if (mapped_host(c, dst, uint64_t(count) * width)) {
     // Mapped pinned memory is the guest's own: filled here once the stream gets there.
     if (Status st = c->stream_order_wait(s); !ok(st)) return to_cu(st);
@@ -119,6 +126,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* ptr, size_t size) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = capture_check_unsafe(); e != CUDA_SUCCESS) return e;
   uint64_t addr = 0;
   const Status s = c->malloc(&addr, size);
   if (!ok(s)) return s == Status::kInvalidValue ? CUDA_ERROR_OUT_OF_MEMORY : to_cu(s);
@@ -142,6 +150,7 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr ptr) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!ptr) return CUDA_SUCCESS;
+  if (CUresult e = capture_check_unsafe(); e != CUDA_SUCCESS) return e;
   const Status s = c->free(ptr);
   if (ok(s)) device_allocs().erase(ptr);
   return to_cu(s);
@@ -172,6 +181,7 @@ CUresult CUDAAPI cuMemHostAlloc(void** ptr, size_t size, unsigned int flags) {
   if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  if (CUresult e = capture_check_unsafe(); e != CUDA_SUCCESS) return e;
   // Under unified addressing every pinned allocation is mapped, DEVICEMAP or
   // not; it takes the region mapped where the worker maps it (Client::pinned_is_mapped).
   std::string why;
@@ -196,6 +206,7 @@ CUresult CUDAAPI cuMemAllocHost_v2(void** ptr, size_t size) { return cuMemHostAl
 CUresult CUDAAPI cuMemFreeHost(void* ptr) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  if (CUresult e = capture_check_unsafe(); e != CUDA_SUCCESS) return e;
   const Status s = c->free_host(ptr);
   if (ok(s)) host_allocs().erase(reinterpret_cast<uintptr_t>(ptr));
   return to_cu(s);

@@ -107,6 +107,10 @@ inline bool from_handle(ordo::Client* c, CUstream h, bool per_thread, ordo::Stre
   return stream_of_handle(c, reinterpret_cast<uintptr_t>(h), per_thread, out);
 }
 
+// Whether `s` was created CU_STREAM_NON_BLOCKING (stream.cc): only those do
+// not synchronize with the legacy stream.
+bool stream_non_blocking(ordo::Stream s);
+
 inline ordo::Event to_event(CUevent e) { return {reinterpret_cast<uintptr_t>(e)}; }
 
 // ---------------------------------------------------------------- memory (memory.cc)

@@ -1,7 +1,7 @@
 // Streams: creation and queries, waits on events, host functions and
-// callbacks in stream order, and the stream-capture queries (no stream ever
-// captures).
+// callbacks in stream order (capture.cc has the stream-capture calls).
 #include "forwarded.h"
+#include "graph.h"
 
 #include <algorithm>
 #include <atomic>
@@ -23,11 +23,20 @@ StreamMeta* stream_meta() {
 
 CUstream to_handle(ordo::Stream s) { return reinterpret_cast<CUstream>(stream_handle(s)); }
 
-CUresult host_func(CUstream stream, bool per_thread, std::function<void()> fn) {
+// `node`: what a capture records instead (a host node); null: the call
+// cannot be captured, and is refused during capture.
+CUresult host_func(CUstream stream, bool per_thread, std::function<void()> fn, const CUDA_HOST_NODE_PARAMS* node) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   ordo::Stream s;
   if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (any_capture()) {
+    CUresult r;
+    NodeWork w;
+    w.type = CU_GRAPH_NODE_TYPE_HOST;
+    if (node) w.host = *node;
+    if (node ? capture_work(c, s, std::move(w), &r) : capture_forbids_wait(c, s, &r)) return r;
+  }
   return to_cu(c->host_func(s, std::move(fn)));
 }
 
@@ -89,6 +98,11 @@ CUresult callback_status() {
 
 }  // namespace
 
+bool stream_non_blocking(ordo::Stream s) {
+  return s.id != ordo::kLegacyStreamId && s.id < ordo::kMaxStreams &&
+         (stream_meta()[s.id].flags.load(std::memory_order_relaxed) & CU_STREAM_NON_BLOCKING);
+}
+
 // ================================================================ behind the exports (forwarders.txt)
 
 CUresult stream_synchronize(CUstream stream, bool per_thread) {
@@ -96,6 +110,8 @@ CUresult stream_synchronize(CUstream stream, bool per_thread) {
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   ordo::Stream s;
   if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (any_capture())
+    if (CUresult r; capture_forbids_wait(c, s, &r)) return r;
   return to_cu(c->stream_synchronize(s));
 }
 
@@ -104,6 +120,8 @@ CUresult stream_query(CUstream stream, bool per_thread) {
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   ordo::Stream s;
   if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (any_capture())
+    if (CUresult r; capture_forbids_wait(c, s, &r)) return r;
   return to_cu(c->stream_query(s));
 }
 
@@ -114,6 +132,8 @@ CUresult stream_wait_event(CUstream stream, CUevent event, unsigned flags, bool 
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
   ordo::Stream s;
   if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (any_capture())
+    if (CUresult r; capture_stream_wait(c, s, event, flags, &r)) return r;
   return to_cu(c->stream_wait_event(s, to_event(event)));
 }
 
@@ -156,26 +176,16 @@ CUresult stream_get_device(CUstream h, CUdevice* dev, bool per_thread) {
   return stream_home(h, per_thread, &x, dev);
 }
 
-// Stream capture is not offered: no stream is ever capturing.
-CUresult stream_is_capturing(CUstream h, CUstreamCaptureStatus* status, bool per_thread) {
-  if (!status) return CUDA_ERROR_INVALID_VALUE;
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  ordo::Stream s;
-  if (!from_handle(c, h, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return CUDA_SUCCESS;
-}
-
 CUresult launch_host_func(CUstream stream, CUhostFn fn, void* data, bool per_thread) {
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
-  return host_func(stream, per_thread, [fn, data] { fn(data); });
+  const CUDA_HOST_NODE_PARAMS node{fn, data};
+  return host_func(stream, per_thread, [fn, data] { fn(data); }, &node);
 }
 
 CUresult stream_add_callback(CUstream stream, CUstreamCallback cb, void* data, unsigned flags, bool per_thread) {
   if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   // The callback is handed the stream as the program named it (0 stays 0).
-  return host_func(stream, per_thread, [cb, stream, data] { cb(stream, callback_status(), data); });
+  return host_func(stream, per_thread, [cb, stream, data] { cb(stream, callback_status(), data); }, nullptr);
 }
 
 }  // namespace ordo::driver
@@ -196,31 +206,6 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
   ordo::Stream s;
   if (!from_handle(c, stream, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
   return to_cu(c->stream_destroy(s));
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
-                                           const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* n) {
-  if (CUresult e = stream_is_capturing(h, status, false); e != CUDA_SUCCESS) return e;
-  if (id) *id = 0;
-  if (graph) *graph = nullptr;
-  if (deps) *deps = nullptr;
-  if (edges) *edges = nullptr;
-  if (n) *n = 0;
-  return CUDA_SUCCESS;
-}
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
-                                           const CUgraphNode** deps, size_t* n) {
-  return cuStreamGetCaptureInfo_v3(h, status, id, graph, deps, nullptr, n);
-}
-CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id) {
-  return cuStreamGetCaptureInfo_v3(h, status, id, nullptr, nullptr, nullptr, nullptr);
-}
-
-CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
-  if (!mode) return CUDA_ERROR_INVALID_VALUE;
-  thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-  std::swap(*mode, t_mode);  // recorded: with no capture, every mode allows every call
-  return CUDA_SUCCESS;
 }
 
 }  // extern "C"

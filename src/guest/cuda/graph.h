@@ -1,0 +1,103 @@
+// CUDA graphs (graph.cc) and stream capture (capture.cc): a graph is the
+// guest's own record of work; launching it replays its nodes, in an order its
+// edges allow, as the stream work they stand for on the launch stream. Every
+// replayed call is ordered like the program's own (ARCHITECTURE.md,
+// "Ordering rules"), so a graph launch is ordered with the stream's other work,
+// across threads and through events, exactly like a kernel.
+#pragma once
+
+#include "state.h"  // first: it includes cuda.h
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace ordo::driver {
+
+struct Graph;
+
+// What one node does. `type` says which fields count.
+struct NodeWork {
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  // CU_GRAPH_NODE_TYPE_KERNEL: the function and its arguments, packed (KernelLayout).
+  CUfunction fn = nullptr;
+  Dim3 grid{}, block{};
+  unsigned smem = 0;
+  std::vector<std::byte> args;
+  CUDA_MEMCPY3D copy{};           // CU_GRAPH_NODE_TYPE_MEMCPY: no arrays; the host side is read when it runs
+  CUDA_MEMSET_NODE_PARAMS set{};  // CU_GRAPH_NODE_TYPE_MEMSET
+  CUDA_HOST_NODE_PARAMS host{};   // CU_GRAPH_NODE_TYPE_HOST
+  CUevent event = nullptr;        // CU_GRAPH_NODE_TYPE_EVENT_RECORD, CU_GRAPH_NODE_TYPE_WAIT_EVENT
+  std::unique_ptr<Graph> child;   // CU_GRAPH_NODE_TYPE_GRAPH: the node's own graph
+
+  NodeWork() = default;
+  NodeWork(NodeWork&&) = default;
+  NodeWork& operator=(NodeWork&&) = default;
+  NodeWork clone() const;  // with a copy of the child graph
+};
+
+struct GraphNode {
+  Graph* graph = nullptr;
+  NodeWork work;
+  std::vector<GraphNode*> deps;  // edges into this node
+  bool enabled = true;
+  // The node this one was cloned from (cuGraphNodeFindInClone), or null.
+  const GraphNode* origin = nullptr;
+  // cuGraphKernelNodeGetParams hands out pointers to each argument.
+  std::vector<void*> arg_ptrs;
+};
+
+struct Graph {
+  std::vector<std::unique_ptr<GraphNode>> nodes;  // in the order they were added
+  uint32_t id = 0;
+};
+
+// Graphs, nodes, execs and captures are guarded by one lock: none of them is
+// on a hot path (a launch replays an exec without it).
+std::mutex& graph_mutex();
+
+// Under graph_mutex(): a new node of `g` with `deps`, all of g's.
+GraphNode* add_node(Graph* g, NodeWork work, const std::vector<GraphNode*>& deps);
+Graph* new_graph();           // registered as a live handle
+void delete_graph(Graph* g);  // and its handle
+bool live_graph(const Graph* g);
+GraphNode* live_node(CUgraphNode h);  // null if not a node of a live graph
+
+// A kernel node's work from a launch's parameters (launch.cc): CUDA's launch
+// errors, checked when the node is made.
+CUresult kernel_node_work(CUfunction fn, Dim3 grid, Dim3 block, unsigned smem, void** params, void** extra,
+                          NodeWork* w);
+// Sets n->arg_ptrs to each argument in n's packed bytes, by the kernel's layout (none without one).
+void kernel_arg_pointers(GraphNode* n);
+
+// Runs `w` as stream work on `stream` (graph.cc): what a launch does per node.
+CUresult run_work(const NodeWork& w, CUstream stream, bool per_thread);
+
+// ---------------------------------------------------------------- stream capture (capture.cc)
+
+// Capture sequences under way, in every thread: while none is, an async call
+// pays one relaxed load for capture.
+extern std::atomic<int> g_captures;
+inline bool any_capture() { return g_captures.load(std::memory_order_relaxed) != 0; }
+
+// An asynchronous call on `s` while captures are under way: false if it runs
+// as usual; true if capture took it, with *r its result (the node went into
+// s's capture, or the error that refused it and invalidated the capture).
+bool capture_work(ordo::Client* c, ordo::Stream s, NodeWork&& w, CUresult* r);
+// cuEventRecord and cuStreamWaitEvent on or into a capture: the capture's
+// edges, not nodes (fork and join). Same contract as capture_work.
+bool capture_event_record(ordo::Client* c, ordo::Stream s, CUevent e, CUresult* r);
+bool capture_stream_wait(ordo::Client* c, ordo::Stream s, CUevent e, unsigned flags, CUresult* r);
+// A call that waits for `s` (stream synchronize or query, a synchronous copy):
+// true with *r the error if capture forbids it.
+bool capture_forbids_wait(ordo::Client* c, ordo::Stream s, CUresult* r);
+// cuEventSynchronize/Query of an event recorded into a capture: forbidden.
+bool capture_forbids_event_wait(CUevent e, CUresult* r);
+// Calls that capture cannot see but a captured sequence might depend on
+// (cuMemAlloc, cuMemFree, cuCtxSynchronize...): CUDA_SUCCESS, or
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED when the calling thread's capture mode
+// forbids them now (cuThreadExchangeStreamCaptureMode).
+CUresult capture_check_unsafe();
+
+}  // namespace ordo::driver
