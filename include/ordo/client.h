@@ -140,6 +140,14 @@ class Client {
   Status launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
                 uint32_t shared_mem = 0);
 
+  // Graphs: device work (transport/graph_steps.h: kernels, memsets and
+  // device-to-device copies) sent once and launched as one entry, ordered
+  // like any stream work. destroy returns at once; launches issued before
+  // still run.
+  Status graph_create(const void* steps, uint64_t size, uint32_t* graph);
+  Status graph_launch(uint32_t graph, Stream s);
+  Status graph_destroy(uint32_t graph);
+
   // Host functions (cudaLaunchHostFunc): returns at once; `fn` runs on the
   // client's host-function thread once the stream's earlier work completed,
   // and the stream's later work waits until it returned.

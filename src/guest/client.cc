@@ -29,6 +29,7 @@ Core::Core(std::unique_ptr<Region> region, ClientOptions options, uint64_t sessi
       memory(threads, waits, heap, pool),
       copies(session, threads, streams, producer, staging, pool, heap),
       kernels(threads, streams, producer, staging, waits, devices, memory, heap),
+      graphs(threads, streams, memory, heap),
       host_functions(session, threads, streams, producer, memory) {
   threads.set_streams(&streams);
 }
@@ -172,6 +173,11 @@ Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, 
                       uint32_t shared_mem) {
   return core_->kernels.launch(kernel, grid, block, args, args_size, s, shared_mem);
 }
+Status Client::graph_create(const void* steps, uint64_t size, uint32_t* graph) {
+  return core_->graphs.create(steps, size, graph);
+}
+Status Client::graph_launch(uint32_t graph, Stream s) { return core_->graphs.launch(graph, s); }
+Status Client::graph_destroy(uint32_t graph) { return core_->graphs.destroy(graph); }
 Status Client::host_func(Stream s, std::function<void()> fn) {
   return core_->host_functions.host_func(s, std::move(fn));
 }

@@ -11,6 +11,7 @@
 #include "guest/devices.h"
 #include "guest/edges.h"
 #include "guest/events.h"
+#include "guest/graphs.h"
 #include "guest/host_functions.h"
 #include "guest/kernels.h"
 #include "guest/memory.h"
@@ -46,6 +47,7 @@ struct Core {
   Memory memory;
   Copies copies;
   Kernels kernels;
+  Graphs graphs;
   HostFunctions host_functions;
 };
 

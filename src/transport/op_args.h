@@ -116,6 +116,18 @@ template <> struct Args<Op::ModuleGlobal> {
   uint64_t module, size, device;  // size: the variable's, from the module's symbol table
   ORDO_ARGS(module, size, device)
 };
+template <> struct Args<Op::GraphCreate> {
+  uint64_t steps, size;  // pinned-heap offset and size of a graph's steps
+  ORDO_ARGS(steps, size)
+};
+template <> struct Args<Op::GraphLaunch> {
+  uint64_t graph;
+  ORDO_ARGS(graph)
+};
+template <> struct Args<Op::GraphDestroy> {
+  uint64_t graph, launches;  // launches: the GraphLaunch entries of it issued
+  ORDO_ARGS(graph, launches)
+};
 template <> struct Args<Op::ModuleUnload> {
   uint64_t module;
   ORDO_ARGS(module)

@@ -95,6 +95,11 @@ void Worker::reset_session() {
   for (uint32_t m : modules_) backend_.module_unload(m);
   modules_.clear();
   pending_image_ = {};  // an image whose last piece never came
+  {
+    std::lock_guard lock(graphs_mu_);
+    graphs_.clear();
+    next_graph_ = 1;
+  }
   for (auto& [addr, size] : allocations_) backend_.free(addr);
   allocations_.clear();
   globals_.clear();

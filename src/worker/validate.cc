@@ -1,5 +1,6 @@
 #include "validate.h"
 
+#include "transport/graph_steps.h"
 #include "transport/op_args.h"
 
 namespace ordo {
@@ -132,6 +133,30 @@ Status check<Op::ModuleGlobal>(const Args<Op::ModuleGlobal>& a, const Entry&, co
 template <>
 Status check<Op::ModuleUnload>(const Args<Op::ModuleUnload>& a, const Entry&, const Layout&, std::string* why) {
   return check_module_id(a.module, why);
+}
+
+template <>
+Status check<Op::GraphCreate>(const Args<Op::GraphCreate>& a, const Entry&, const Layout& l, std::string* why) {
+  if (a.size == 0 || a.size > kMaxGraphBytes)
+    return bad(why, "graph steps of " + std::to_string(a.size) + " bytes: empty or over the limit of " +
+                        std::to_string(kMaxGraphBytes));
+  if (!range_ok(a.steps, a.size, l.heap_size)) return bad(why, "graph steps outside the pinned heap");
+  return Status::kSuccess;
+}
+
+Status check_graph_id(uint64_t graph, std::string* why) {
+  if (graph == 0 || graph > UINT32_MAX) return bad(why, "graph id out of range", Status::kInvalidResourceHandle);
+  return Status::kSuccess;
+}
+
+template <>
+Status check<Op::GraphLaunch>(const Args<Op::GraphLaunch>& a, const Entry&, const Layout&, std::string* why) {
+  return check_graph_id(a.graph, why);
+}
+
+template <>
+Status check<Op::GraphDestroy>(const Args<Op::GraphDestroy>& a, const Entry&, const Layout&, std::string* why) {
+  return check_graph_id(a.graph, why);
 }
 
 template <>

@@ -34,6 +34,7 @@
 #include "ordo/ops.h"
 #include "ordo/region.h"
 #include "trace.h"
+#include "transport/graph_steps.h"
 #include "transport/op_args.h"
 #include "transport/reply_slot.h"
 #include "transport/ring.h"
@@ -293,6 +294,20 @@ class Worker {
     uint32_t slot = kNoSlot;  // the slot whose pieces these are
   };
   PendingImage pending_image_;
+  // Graphs (GraphCreate): parsed steps over the worker's own copy of the
+  // guest's bytes. Lane 0 adds and removes them; GraphLaunch on any lane takes
+  // a reference under graphs_mu_ and runs the steps without it.
+  struct Graph {
+    std::vector<std::byte> bytes;
+    std::vector<GraphStep> steps;  // over `bytes`
+    uint64_t dispatched = 0;       // GraphLaunch entries of it dispatched (under graphs_mu_)
+    uint64_t destroy_after = ~uint64_t{0};  // GraphDestroy: the launches the guest issued
+  };
+  static constexpr size_t kMaxGraphs = 1u << 14;  // per session
+  std::mutex graphs_mu_;
+  std::map<uint32_t, std::shared_ptr<Graph>> graphs_;
+  uint32_t next_graph_ = 1;
+  Status run_graph_step(const RingCall& c, const GraphStep& st);
   uint32_t next_module_ = 1;                  // 0 means "no module" in KernelLookup
   bool rescan_slots_ = true;    // read every slot's request.seq on the next pass
   uint32_t staged_slots_ = 0;   // slots holding a request that waits for edges

@@ -10,6 +10,8 @@
 #include <unordered_set>
 
 #include "forwarded.h"
+#include "module.h"
+#include "transport/graph_steps.h"
 
 namespace ordo::driver {
 
@@ -23,8 +25,18 @@ struct ExecStep {
   bool enabled = true;
 };
 
+// What a launch does, in order: runs of device steps the worker holds
+// (`graph`, one GraphLaunch entry each), and the other steps replayed one by
+// one (`step`).
+struct PlanItem {
+  uint32_t graph = 0;  // a worker graph, or 0: replay steps[step]
+  size_t step = 0;
+};
+
 struct GraphExec {
   std::vector<ExecStep> steps;
+  std::vector<PlanItem> plan;
+  bool planned = false;  // false: (re)made by the next launch (instantiate, updates, enable)
   unsigned long long flags = 0;
   // Launches of one exec run one after another, on any streams: each launch
   // records `done`, and a launch on another stream than the last waits for it.
@@ -248,6 +260,7 @@ CUresult exec_update(CUgraphExec hx, CUgraph h, CUgraphNode* err_node, CUgraphEx
     x->steps[i].work = std::move(steps[i].work);
     x->steps[i].enabled = steps[i].enabled;
   }
+  x->planned = false;
   return CUDA_SUCCESS;
 }
 
@@ -261,6 +274,7 @@ CUresult exec_set(CUgraphExec hx, CUgraphNode node, NodeWork w) {
   for (ExecStep& st : x->steps)
     if (st.node == n) {
       st.work = std::move(w);
+      x->planned = false;
       return CUDA_SUCCESS;
     }
   return CUDA_ERROR_INVALID_VALUE;  // not a node of the graph this exec was made from
@@ -282,6 +296,7 @@ CUresult exec_set_child(CUgraphExec hx, CUgraphNode node, CUgraph child) {
     if (st.top != n || st.work.type != steps[i].work.type) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
   }
   for (size_t i = 0; i < steps.size(); ++i) x->steps[at + i].work = std::move(steps[i].work);
+  x->planned = false;
   return CUDA_SUCCESS;
 }
 
@@ -383,6 +398,87 @@ void kernel_params_out(GraphNode* n, CUfunction* func, CUkernel* kern, unsigned*
   kernel_arg_pointers(n);
   *params = n->arg_ptrs.empty() && !n->work.args.empty() ? nullptr : n->arg_ptrs.data();
   *extra = nullptr;
+}
+
+// Appends `w`'s device work to `out` if the worker can run all of it without
+// the guest: a kernel with a plain launch configuration, a byte-pattern memset
+// or a copy between device allocations. False leaves `out` as it was.
+bool device_steps(ordo::Client* c, const NodeWork& w, GraphStepWriter* out) {
+  switch (w.type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const Function* f = function_of(w.fn);
+      const uint64_t threads = uint64_t{w.block.x} * w.block.y * w.block.z;
+      // What Client::launch would refuse, or check against the device, is left to it.
+      if (!f || threads > 1024 || w.block.z > 64 || w.grid.x > 0x7fffffffu || w.grid.y > 65535 ||
+          w.grid.z > 65535 || w.smem > 48 * 1024 || w.args.size() > kMaxGraphParamBytes)
+        return false;
+      out->kernel({f->id, w.smem, w.grid, w.block, uint32_t(w.args.size()), 0}, w.args.data());
+      return true;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const CUDA_MEMSET_NODE_PARAMS& p = w.set;
+      const uint8_t b = uint8_t(p.value);
+      for (unsigned i = 1; i < p.elementSize; ++i)
+        if (uint8_t(p.value >> (8 * i)) != b) return false;
+      const uint64_t row = uint64_t(p.width) * p.elementSize;
+      for (size_t r = 0; r < p.height; ++r)
+        if (!device_allocs().find(p.dst + r * p.pitch, nullptr, nullptr) || mapped_host(c, p.dst + r * p.pitch, row))
+          return false;
+      for (size_t r = 0; r < p.height; ++r) out->memset({p.dst + r * p.pitch, b, row});
+      return true;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: {
+      const CUDA_MEMCPY3D& p = w.copy;
+      auto device = [](CUmemorytype t) { return t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED; };
+      if (!device(p.srcMemoryType) || !device(p.dstMemoryType)) return false;
+      std::vector<CopyStep> rows;
+      for (size_t z = 0; z < p.Depth; ++z)
+        for (size_t y = 0; y < p.Height; ++y) {
+          const uint64_t src = p.srcDevice + p.srcXInBytes + (p.srcY + y) * p.srcPitch +
+                               (p.srcZ + z) * p.srcHeight * p.srcPitch;
+          const uint64_t dst = p.dstDevice + p.dstXInBytes + (p.dstY + y) * p.dstPitch +
+                               (p.dstZ + z) * p.dstHeight * p.dstPitch;
+          for (uint64_t a : {src, dst})
+            if (!device_allocs().find(a, nullptr, nullptr) || mapped_host(c, a, p.WidthInBytes)) return false;
+          rows.push_back({dst, src, p.WidthInBytes});
+        }
+      for (const CopyStep& r : rows) out->copy(r);
+      return true;
+    }
+    default: return false;
+  }
+}
+
+// The exec's plan: consecutive device steps become one worker graph each;
+// the rest, and device steps the worker would not take, are replayed.
+void make_plan(ordo::Client* c, GraphExec* x) {
+  for (const PlanItem& p : x->plan)
+    if (p.graph) c->graph_destroy(p.graph);
+  x->plan.clear();
+  GraphStepWriter run;
+  std::vector<size_t> in_run;  // the steps in `run`: replayed if the worker does not take it
+  auto flush = [&] {
+    if (in_run.empty()) return;
+    uint32_t id = 0;
+    if (run.bytes().size() <= kMaxGraphBytes && ok(c->graph_create(run.bytes().data(), run.bytes().size(), &id)))
+      x->plan.push_back({id, 0});
+    else
+      for (size_t i : in_run) x->plan.push_back({0, i});
+    run = {};
+    in_run.clear();
+  };
+  for (size_t i = 0; i < x->steps.size(); ++i) {
+    const ExecStep& st = x->steps[i];
+    if (!st.enabled || st.work.type == CU_GRAPH_NODE_TYPE_EMPTY) continue;
+    if (device_steps(c, st.work, &run)) {
+      in_run.push_back(i);
+    } else {
+      flush();
+      x->plan.push_back({0, i});
+    }
+  }
+  flush();
+  x->planned = true;
 }
 
 }  // namespace
@@ -514,9 +610,11 @@ CUresult graph_launch(CUgraphExec hx, CUstream stream, bool per_thread) {
   }
   if (x->launched && x->last_stream != key)
     if (CUresult e = stream_wait_event(to_stream(s), x->done, 0, false); e != CUDA_SUCCESS) return e;
-  for (const ExecStep& st : x->steps)
-    if (st.enabled)
-      if (CUresult e = run_work(st.work, to_stream(s), false); e != CUDA_SUCCESS) return e;
+  if (!x->planned) make_plan(c, x);
+  for (const PlanItem& p : x->plan) {
+    const CUresult e = p.graph ? to_cu(c->graph_launch(p.graph, s)) : run_work(x->steps[p.step].work, to_stream(s), false);
+    if (e != CUDA_SUCCESS) return e;
+  }
   if (CUresult e = event_record(x->done, to_stream(s), false); e != CUDA_SUCCESS) return e;
   x->launched = true;
   x->last_stream = key;
@@ -989,7 +1087,11 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hx) {
     if (!x) return CUDA_ERROR_INVALID_VALUE;
     live().erase(x);
   }
-  // The event's destruction waits for nothing: CUDA lets a launched exec be destroyed.
+  // Neither waits for the exec's launches: CUDA lets a launched exec be
+  // destroyed, and its work still runs (Client::graph_destroy, cuEventDestroy).
+  if (ordo::Client* c = attached_client())
+    for (const PlanItem& p : x->plan)
+      if (p.graph) c->graph_destroy(p.graph);
   cuEventDestroy_v2(x->done);
   delete x;
   return CUDA_SUCCESS;
@@ -1030,6 +1132,7 @@ CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hx, CUgraphNode hn, unsigned 
   for (ExecStep& st : x->steps)
     if (st.node == n) {
       st.enabled = enabled != 0;
+      x->planned = false;
       return CUDA_SUCCESS;
     }
   return CUDA_ERROR_INVALID_VALUE;

@@ -18,6 +18,14 @@ AddressRanges& device_allocs() {
   return *r;
 }
 
+CUresult free_device_memory(CUdeviceptr ptr) {
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  const Status s = c->free(ptr);
+  if (ok(s)) device_allocs().erase(ptr);
+  return to_cu(s);
+}
+
 namespace {
 
 // Host memory the program registered or allocated page-locked, with its flags.
@@ -147,13 +155,10 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* ptr, size_t* pitch, size_t widt
 }
 
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr ptr) {
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   if (!ptr) return CUDA_SUCCESS;
   if (CUresult e = capture_check_unsafe(); e != CUDA_SUCCESS) return e;
-  const Status s = c->free(ptr);
-  if (ok(s)) device_allocs().erase(ptr);
-  return to_cu(s);
+  return free_device_memory(ptr);
 }
 
 CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {

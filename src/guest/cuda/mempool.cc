@@ -9,6 +9,7 @@
 // NCCL creates a pool per communicator (cudaMemPoolCreate) and allocates its
 // device structures with cudaMallocAsync.
 #include "forwarded.h"
+#include "graph.h"
 
 #include <map>
 #include <memory>
@@ -71,6 +72,13 @@ CUresult mem_alloc_from_pool_async(CUdeviceptr* ptr, size_t size, CUmemoryPool p
   CUdevice stream_dev = 0;
   if (CUresult e = stream_get_device(stream, &stream_dev, per_thread); e != CUDA_SUCCESS) return e;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (any_capture()) {
+    // Graphs here have no memory nodes: a capturing stream refuses the
+    // allocation (and the capture ends invalid) rather than making it now.
+    ordo::Stream s;
+    if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+    if (CUresult r; capture_forbids_wait(c, s, &r)) return r;
+  }
   uint64_t addr = 0;
   const Status s = on_device(c, p->device, [&] { return c->malloc(&addr, size); });
   if (!ok(s)) return s == Status::kInvalidValue ? CUDA_ERROR_OUT_OF_MEMORY : to_cu(s);
@@ -100,7 +108,7 @@ CUresult mem_free_async(CUdeviceptr ptr, CUstream stream, bool per_thread) {
   if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   if (!ptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = stream_synchronize(stream, per_thread); e != CUDA_SUCCESS) return e;
-  if (CUresult e = cuMemFree_v2(ptr); e != CUDA_SUCCESS) return e;
+  if (CUresult e = free_device_memory(ptr); e != CUDA_SUCCESS) return e;
   std::lock_guard<std::mutex> l(pools().mu);
   if (auto it = pools().allocs.find(ptr); it != pools().allocs.end()) {
     it->second.first->used -= it->second.second;

@@ -118,6 +118,9 @@ inline ordo::Event to_event(CUevent e) { return {reinterpret_cast<uintptr_t>(e)}
 // Device memory the program holds (allocations and module variables), with
 // the device of each range.
 AddressRanges& device_allocs();
+// cuMemFree's work, without its check against capture (stream-ordered frees
+// are checked against their stream's).
+CUresult free_device_memory(CUdeviceptr ptr);
 // Whether [p, p + n) is mapped pinned memory: pinned, with the session's
 // region where the worker maps it, so its device address is its host address.
 bool mapped_host(ordo::Client* c, uint64_t p, uint64_t n);

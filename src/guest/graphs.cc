@@ -1,0 +1,50 @@
+#include "guest/graphs.h"
+
+#include <cstring>
+
+#include "transport/graph_steps.h"
+#include "transport/op_args.h"
+
+namespace ordo::guest {
+
+Status Graphs::create(const void* steps, uint64_t size, uint32_t* graph) {
+  ThreadState& t = threads_.current();
+  if (!steps || !graph || size == 0 || size > kMaxGraphBytes) return threads_.finish_own(t, Status::kInvalidValue);
+  void* block = memory_.alloc_host(size);
+  if (!block) return threads_.finish_own(t, Status::kMemoryAllocation);
+  std::memcpy(block, steps, size);
+  uint64_t id = 0;
+  const Status s = threads_.call(make_entry<Op::GraphCreate>({.steps = heap_.offset(block), .size = size}), &id);
+  heap_.free(block);  // the worker copied the steps out before answering
+  if (ok(s)) {
+    std::lock_guard lock(mu_);
+    launches_[uint32_t(id)] = 0;
+    *graph = uint32_t(id);
+  }
+  return threads_.finish_own(t, s);
+}
+
+Status Graphs::launch(uint32_t graph, Stream s) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = launches_.find(graph);
+    if (it == launches_.end()) return threads_.finish(threads_.current(), Status::kInvalidResourceHandle);
+    ++it->second;  // counted before the entry exists: destroy cannot outrun it
+  }
+  return streams_.stream_op(s, make_entry<Op::GraphLaunch>({.graph = graph}));
+}
+
+Status Graphs::destroy(uint32_t graph) {
+  ThreadState& t = threads_.current();
+  uint64_t launches = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = launches_.find(graph);
+    if (it == launches_.end()) return threads_.finish_own(t, Status::kInvalidResourceHandle);
+    launches = it->second;
+    launches_.erase(it);
+  }
+  return threads_.finish_own(t, threads_.call(make_entry<Op::GraphDestroy>({.graph = graph, .launches = launches})));
+}
+
+}  // namespace ordo::guest

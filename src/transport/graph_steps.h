@@ -1,0 +1,94 @@
+// A graph's device work as the worker runs it for one GraphLaunch entry: the
+// kernels, memsets and device-to-device copies of a CUDA graph, in an order
+// its edges allow. libcuda.so.1 writes the steps (GraphStepWriter) into a
+// pinned-heap block for GraphCreate; the worker copies the block out and
+// parses the copy (parse_graph_steps), which checks every size and field
+// before anything uses it: the bytes come from the guest.
+//
+// Layout (little-endian, every step 8-byte aligned):
+//   step   +0 u32 kind (StepKind)  +4 u32 size: the bytes after this header (a multiple of 8)
+//   kKernel: KernelStep, then args_size bytes of packed arguments, padded to 8
+//   kMemset: MemsetStep        kCopy: CopyStep
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ordo/device_info.h"
+
+namespace ordo {
+
+// A graph's steps are at most this many bytes (the guest sends them through
+// one pinned-heap block) and this many steps.
+inline constexpr uint64_t kMaxGraphBytes = uint64_t{4} << 20;
+inline constexpr uint32_t kMaxGraphSteps = 1u << 16;
+// CUDA's limit on a kernel's parameter bytes (since 12.1).
+inline constexpr uint32_t kMaxGraphParamBytes = 32764;
+
+enum class StepKind : uint32_t { kKernel = 1, kMemset = 2, kCopy = 3 };
+
+struct StepHeader {
+  uint32_t kind;
+  uint32_t size;
+};
+struct KernelStep {
+  uint32_t kernel;  // a kernel id the worker issued (KernelLookup)
+  uint32_t shared_mem;
+  Dim3 grid, block;
+  uint32_t args_size;
+  uint32_t pad;
+};
+struct MemsetStep {
+  uint64_t dst, value, size;  // value: a byte
+};
+struct CopyStep {
+  uint64_t dst, src, size;  // device addresses, of any of the session's devices
+};
+static_assert(sizeof(StepHeader) == 8 && sizeof(KernelStep) == 40 && sizeof(MemsetStep) == 24 &&
+              sizeof(CopyStep) == 24);
+
+class GraphStepWriter {
+ public:
+  void kernel(const KernelStep& k, const void* args) {
+    const size_t at = begin(StepKind::kKernel, sizeof k + pad8(k.args_size));
+    std::memcpy(&bytes_[at], &k, sizeof k);
+    if (k.args_size) std::memcpy(&bytes_[at + sizeof k], args, k.args_size);
+  }
+  void memset(const MemsetStep& m) { std::memcpy(&bytes_[begin(StepKind::kMemset, sizeof m)], &m, sizeof m); }
+  void copy(const CopyStep& c) { std::memcpy(&bytes_[begin(StepKind::kCopy, sizeof c)], &c, sizeof c); }
+  const std::vector<std::byte>& bytes() const { return bytes_; }
+  uint32_t steps() const { return steps_; }
+
+ private:
+  static size_t pad8(size_t n) { return (n + 7) & ~size_t{7}; }
+  size_t begin(StepKind kind, size_t size) {
+    const StepHeader h{uint32_t(kind), uint32_t(size)};
+    const size_t at = bytes_.size();
+    bytes_.resize(at + sizeof h + size);  // zeroed: padding stays zero
+    std::memcpy(&bytes_[at], &h, sizeof h);
+    ++steps_;
+    return at + sizeof h;
+  }
+  std::vector<std::byte> bytes_;
+  uint32_t steps_ = 0;
+};
+
+// One parsed step; `args` points into the parsed bytes (kKernel).
+struct GraphStep {
+  StepKind kind;
+  KernelStep kernel;
+  MemsetStep memset;
+  CopyStep copy;
+  const std::byte* args = nullptr;
+};
+
+// Parses `bytes` into *out; false with *why on anything out of bounds or
+// unknown. Kernel ids and device ranges are the worker's to check at launch,
+// against its tables as they are then.
+bool parse_graph_steps(std::span<const std::byte> bytes, std::vector<GraphStep>* out, std::string* why);
+
+}  // namespace ordo
