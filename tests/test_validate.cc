@@ -32,6 +32,7 @@
 #include "ordo/ops.h"
 #include "ordo/sim.h"
 #include "worker/validate.h"
+#include "transport/graph_steps.h"
 #include "transport/reply_slot.h"
 #include "transport/ring.h"
 
@@ -159,13 +160,24 @@ Entry lookup_entry(uint64_t module) {
   return e;
 }
 
+// An entry of graph op `op` with its first word `a0` (a heap offset or a graph id) and second `a1`.
+Entry graph_entry(Op op, uint64_t a0, uint64_t a1 = 0) {
+  Entry e = entry(op);
+  e.arg[0] = a0;
+  e.arg[1] = a1;
+  return e;
+}
+
 std::vector<std::pair<std::string, Entry>> good_entries(const Layout& l) {
   std::vector<std::pair<std::string, Entry>> v;
   for (size_t i = 0; i < kOpCount; ++i)
-    v.push_back({std::string(kOps[i].name), Op(i) == Op::Launch        ? good_launch()
-                                            : Op(i) == Op::ModuleLoad  ? module_load_entry(0, 1)
-                                            : Op(i) == Op::ModuleChunk ? module_chunk_entry(0, 1, 0)
-                                                                       : entry(Op(i))});
+    v.push_back({std::string(kOps[i].name), Op(i) == Op::Launch         ? good_launch()
+                                            : Op(i) == Op::ModuleLoad   ? module_load_entry(0, 1)
+                                            : Op(i) == Op::ModuleChunk  ? module_chunk_entry(0, 1, 0)
+                                            : Op(i) == Op::GraphCreate  ? graph_entry(Op::GraphCreate, 0, 8)
+                                            : Op(i) == Op::GraphLaunch  ? graph_entry(Op::GraphLaunch, 1)
+                                            : Op(i) == Op::GraphDestroy ? graph_entry(Op::GraphDestroy, 1)
+                                                                        : entry(Op(i))});
   auto add = [&](std::string n, const Entry& e) { v.push_back({std::move(n), e}); };
   Entry e;
   // Module image pieces: any offset in the image, up to kMaxModuleImage in all.
@@ -189,6 +201,10 @@ std::vector<std::pair<std::string, Entry>> good_entries(const Layout& l) {
   e = good_launch();
   e.arg[1] = e.arg[2] = e.arg[3] = 0xffffffffffffffff;
   add("launch huge dims (the backend's to reject)", e);
+  add("graph steps: the heap's last bytes", graph_entry(Op::GraphCreate, l.heap_size - 8, 8));
+  add("graph steps: kMaxGraphBytes", graph_entry(Op::GraphCreate, 0, std::min(l.heap_size, kMaxGraphBytes)));
+  add("graph launch of the largest id", graph_entry(Op::GraphLaunch, UINT32_MAX));
+  add("graph destroy after any number of launches", graph_entry(Op::GraphDestroy, 7, UINT64_MAX));
   add("module image: the whole heap", module_load_entry(0, std::min(l.heap_size, kMaxModuleImage)));
   add("module image: the heap's last byte", module_load_entry(l.heap_size - 1, 1));
   e = entry(Op::KernelLookup);
@@ -344,6 +360,19 @@ std::vector<BadCase> bad_entries(const Layout& l) {
       if (at) add("module load's last piece" + where, module_load_entry(off, size, at), Path::Slot);
     }
     add("slot op ModuleChunk on a ring", module_chunk_entry(0, 1, 0), Path::Ring);
+    // Graph steps: non-empty, capped, inside the heap; graph ids nonzero 32-bit.
+    for (auto [off, size] : {std::pair{uint64_t{0}, uint64_t{0}}, {h, uint64_t{8}}, {h - 8, uint64_t{16}},
+                             {UINT64_MAX - 7, uint64_t{16}}, {uint64_t{0}, kMaxGraphBytes + 1}, {uint64_t{8}, UINT64_MAX}})
+      add("graph steps at " + std::to_string(off) + " size " + std::to_string(size),
+          graph_entry(Op::GraphCreate, off, size), Path::Slot);
+    for (uint64_t id : {uint64_t{0}, uint64_t{1} << 32, UINT64_MAX}) {
+      add("graph launch of id " + std::to_string(id), graph_entry(Op::GraphLaunch, id), Path::Ring,
+          Status::kInvalidResourceHandle);
+      add("graph destroy of id " + std::to_string(id), graph_entry(Op::GraphDestroy, id), Path::Slot,
+          Status::kInvalidResourceHandle);
+    }
+    add("slot op GraphCreate on a ring", graph_entry(Op::GraphCreate, 0, 8), Path::Ring);
+    add("ring op GraphLaunch in a slot", graph_entry(Op::GraphLaunch, 1), Path::Slot);
   }
   // Launch: argument bytes inside this ring's staging window.
   const uint64_t w = l.staging_per_ring;
@@ -519,6 +548,16 @@ TEST(CheckEntry, RandomEntriesThatPassAreSafeToUse) {
       ASSERT_LE(e.arg[0], l.heap_size);
       ASSERT_LE(e.arg[1], l.heap_size - e.arg[0]);
       ASSERT_LE(e.arg[2], kMaxModuleImage - e.arg[1]);
+    }
+    if (op == Op::GraphCreate) {
+      ASSERT_GT(e.arg[1], 0u);
+      ASSERT_LE(e.arg[1], kMaxGraphBytes);
+      ASSERT_LE(e.arg[0], l.heap_size);
+      ASSERT_LE(e.arg[1], l.heap_size - e.arg[0]);
+    }
+    if (op == Op::GraphLaunch || op == Op::GraphDestroy) {
+      ASSERT_GT(e.arg[0], 0u);
+      ASSERT_LE(e.arg[0], UINT32_MAX);
     }
     if (op == Op::StreamCreate) {
       ASSERT_EQ(e.arg[0] & ~(kStreamNonBlocking | kStreamLegacy), 0u);
@@ -1421,6 +1460,88 @@ TEST_F(Hostile, ModuleOpsWithBadIdsSizesAndOffsets) {
   create_ring(R_);
   for (Op op : {Op::ModuleLoad, Op::ModuleChunk, Op::ModuleUnload, Op::DeviceInfo})
     expect_rejected(R_, entry(op), Status::kInvalidValue, std::string(info(op).name) + " on a ring");
+}
+
+// Graphs: steps the worker cannot parse are refused at GraphCreate; ids it
+// never issued, or destroyed, fail the launch on the stream like a bad handle;
+// a step's device range is checked at each launch, as Memset's; a destroy
+// waits for the launches it names. The session goes on through all of it.
+TEST_F(Hostile, GraphsWithBadStepsIdsAndRanges) {
+  void* block = nullptr;
+  ASSERT_EQ(c_->malloc_host(&block, 4096), Status::kSuccess);
+  const uint64_t off = uint64_t(static_cast<std::byte*>(block) - region().heap());
+  auto create = [&](const std::vector<std::byte>& b, uint64_t* id) {
+    std::memcpy(block, b.data(), b.size());
+    return slot_call(graph_entry(Op::GraphCreate, off, b.size()), id);
+  };
+  auto put32 = [](std::vector<std::byte>& b, size_t at, uint32_t v) { std::memcpy(&b[at], &v, 4); };
+  uint64_t id = 0;
+  GraphStepWriter one;
+  one.memset({dev_, 7, kDevBytes});
+  std::vector<std::byte> b = one.bytes();
+  put32(b, 0, 9);
+  EXPECT_EQ(create(b, &id), Status::kInvalidValue) << "unknown step kind";
+  b = one.bytes();
+  put32(b, 4, 20);
+  EXPECT_EQ(create(b, &id), Status::kInvalidValue) << "misaligned step size";
+  put32(b, 4, 4096);
+  EXPECT_EQ(create(b, &id), Status::kInvalidValue) << "step past the end";
+  b = one.bytes();
+  b.resize(12);
+  EXPECT_EQ(create(b, &id), Status::kInvalidValue) << "step cut short";
+  GraphStepWriter v;
+  v.memset({dev_, 0x100, 16});
+  EXPECT_EQ(create(v.bytes(), &id), Status::kInvalidValue) << "memset value not a byte";
+  GraphStepWriter k;
+  k.kernel({1, 0, {1, 1, 1}, {0, 1, 1}, 0, 0}, nullptr);
+  EXPECT_EQ(create(k.bytes(), &id), Status::kInvalidValue) << "zero block dimension";
+  b = k.bytes();
+  put32(b, 8 + 32, 64);  // args_size beyond the step
+  EXPECT_EQ(create(b, &id), Status::kInvalidValue) << "argument size past its step";
+  EXPECT_EQ(slot_call(graph_entry(Op::GraphCreate, L_.heap_size - 8, 16), &id), Status::kInvalidValue);
+
+  // A good graph: a memset of the buffer, then a kernel filling its first 16 words.
+  const uint32_t fill = kernel(*c_, "ordo_fill_u32");
+  const sim::FillU32Args fa{dev_, 16, 0xabcdef01u, 0};
+  GraphStepWriter good;
+  good.memset({dev_, 7, kDevBytes});
+  good.kernel({fill, 0, {1, 1, 1}, {1, 1, 1}, sizeof fa, 0}, &fa);
+  uint64_t g = 0;
+  ASSERT_EQ(create(good.bytes(), &g), Status::kSuccess);
+  ASSERT_NE(g, 0u);
+  create_ring(R_);
+  push(R_, graph_entry(Op::GraphLaunch, g));
+  ASSERT_TRUE(synced(R_));
+  EXPECT_TRUE(no_new_error());
+  std::vector<uint32_t> words(kDevBytes / 4);
+  ASSERT_EQ(c_->memcpy_d2h(words.data(), dev_, kDevBytes), Status::kSuccess);
+  EXPECT_EQ(std::count(words.begin(), words.begin() + 16, 0xabcdef01u), 16);
+  EXPECT_EQ(std::count(words.begin() + 16, words.end(), 0x07070707u), ptrdiff_t(words.size() - 16));
+
+  // Ids never issued, on the ring: an error for the launch, the ring goes on.
+  for (uint64_t bad : {g + 1, uint64_t{0xffffffff}})
+    expect_rejected(R_, graph_entry(Op::GraphLaunch, bad), Status::kInvalidResourceHandle, "graph " + std::to_string(bad));
+  // Steps that name memory past the allocation, or a kernel never looked up, fail each launch.
+  GraphStepWriter past;
+  past.memset({dev_ + kDevBytes - 8, 1, 16});
+  uint64_t gp = 0, gk = 0;
+  ASSERT_EQ(create(past.bytes(), &gp), Status::kSuccess);
+  expect_rejected(R_, graph_entry(Op::GraphLaunch, gp), Status::kInvalidDevicePointer, "memset past the allocation");
+  GraphStepWriter unknown;
+  unknown.kernel({0xdeadbeef, 0, {1, 1, 1}, {1, 1, 1}, 0, 0}, nullptr);
+  ASSERT_EQ(create(unknown.bytes(), &gk), Status::kSuccess);
+  expect_rejected(R_, graph_entry(Op::GraphLaunch, gk), Status::kInvalidDeviceFunction, "unknown kernel");
+
+  // A destroy naming two launches (one dispatched so far) leaves the graph for the second.
+  EXPECT_EQ(slot_call(graph_entry(Op::GraphDestroy, g, 2)), Status::kSuccess);
+  EXPECT_EQ(slot_call(graph_entry(Op::GraphDestroy, g, 2)), Status::kInvalidResourceHandle) << "destroyed twice";
+  push(R_, graph_entry(Op::GraphLaunch, g));
+  ASSERT_TRUE(synced(R_));
+  EXPECT_TRUE(no_new_error()) << "the launch the destroy named must still run";
+  expect_rejected(R_, graph_entry(Op::GraphLaunch, g), Status::kInvalidResourceHandle, "a launch after the destroy");
+  for (uint64_t d : {gp, gk}) EXPECT_EQ(slot_call(graph_entry(Op::GraphDestroy, d, 1)), Status::kSuccess);
+  EXPECT_EQ(slot_call(graph_entry(Op::GraphDestroy, 12345, 0)), Status::kInvalidResourceHandle);
+  EXPECT_EQ(c_->free_host(block), Status::kSuccess);
 }
 
 // An image too large for one heap block comes in ModuleChunk pieces, which the

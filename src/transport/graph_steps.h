@@ -56,7 +56,7 @@ class GraphStepWriter {
   void kernel(const KernelStep& k, const void* args) {
     const size_t at = begin(StepKind::kKernel, sizeof k + pad8(k.args_size));
     std::memcpy(&bytes_[at], &k, sizeof k);
-    if (k.args_size) std::memcpy(&bytes_[at + sizeof k], args, k.args_size);
+    if (k.args_size && args) std::memcpy(&bytes_[at + sizeof k], args, k.args_size);
   }
   void memset(const MemsetStep& m) { std::memcpy(&bytes_[begin(StepKind::kMemset, sizeof m)], &m, sizeof m); }
   void copy(const CopyStep& c) { std::memcpy(&bytes_[begin(StepKind::kCopy, sizeof c)], &c, sizeof c); }

@@ -15,6 +15,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -38,7 +40,16 @@ class CheckingBackend final : public NullBackend {
   explicit CheckingBackend(const Region& r)
       : NullBackend(2), lo_(reinterpret_cast<uintptr_t>(r.base())), hi_(lo_ + r.size()) {}
   std::string_view name() const override { return "checking"; }
-  Status launch(uint32_t, const LaunchParams& p, const OpTag&) override {
+  Status launch(uint32_t, const LaunchParams& p, const OpTag& tag) override {
+    if (tag.op == uint16_t(Op::GraphLaunch)) {
+      // A graph's arguments are the worker's own copy, never the region (the
+      // guest could change them mid-launch); every byte readable (ASan).
+      const auto a = reinterpret_cast<uintptr_t>(p.args);
+      if (p.args_size && a + p.args_size > lo_ && a < hi_) __builtin_trap();
+      volatile uint8_t sum = 0;
+      for (uint32_t i = 0; i < p.args_size; ++i) sum = uint8_t(sum + std::to_integer<uint8_t>(p.args[i]));
+      return Status::kSuccess;
+    }
     host(reinterpret_cast<uintptr_t>(p.args), p.args_size);
     return Status::kSuccess;
   }
@@ -294,6 +305,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (e.edge_count) e.edges[0] = {uint32_t(in.take(1) % l.ring_count), 0, in.take(1)};
         for (auto& a : e.arg) a = in.take(1) % 2 ? 0x7000'0000'0000ull + in.take(2) : in.take(3);
         in.fill(s.payload, size_t(in.take(1) % 16));
+        if (e.op == uint16_t(Op::GraphCreate)) {  // steps in the pinned heap, as the guest writes them
+          e.arg[0] = in.take(2) * 8 % l.heap_size;
+          e.arg[1] = in.take(2) % 1024;
+          in.fill(r.heap() + e.arg[0], std::min(e.arg[1], l.heap_size - e.arg[0]));
+        }
         write_request(s, e, s.request.seq.load() + 1);
         post_slot(h, slot);
         break;

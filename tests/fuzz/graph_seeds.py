@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+# Writes the fuzz corpus seeds for the graph ops (GraphCreate, GraphLaunch,
+# GraphDestroy) into the folder given: inputs in fuzz_worker.cc's action
+# format that create a graph of every step kind, launch and destroy it (also
+# before its launches ran), and the refused cases. Run from the repository root.
+import re, struct, hashlib, os, sys
+ops=[m.group(1) for m in re.finditer(r'^ORDO_OP\((\w+),', open('include/ordo/ops.def').read(), re.M)]
+idx={n:i for i,n in enumerate(ops)}
+def le(v,n): return bytes((v>>(8*i))&0xff for i in range(n))
+def arg_small(v): return b'\x00'+le(v,3)
+def slot_req(op, args, slot=5, extra=b''):
+    b=b'\x00'+b'\x06'+bytes([slot, idx[op], 0])
+    for a in args: b+=a
+    b+=b'\x00'
+    return b+extra
+def ring_entry(ring, op, stream, args):
+    b=bytes([ring,5, idx[op], 0, 0, 0])
+    b+=b'\x00'+le(stream,2)
+    for a in args: b+=a
+    return b
+def poll(k=7): return b'\x00\x08'+bytes([k])
+DEV=0x7000_0000_0000
+def steps(kind):
+    out=b''
+    def step(k, body): return struct.pack('<II',k,len(body))+body
+    if 'memset' in kind: out+=step(2, struct.pack('<QQQ', DEV, 5, 64))
+    if 'kernel' in kind: out+=step(1, struct.pack('<II6III', 3, 0, 1,1,1, 1,1,1, 8, 0)+b'ABCDEFGH')
+    if 'copy' in kind: out+=step(3, struct.pack('<QQQ', DEV+128, DEV, 64))
+    if 'bad' in kind: out+=struct.pack('<II', 9, 8)+b'\0'*8
+    if 'past' in kind: out+=step(2, struct.pack('<QQQ', DEV+4090, 5, 64))
+    return out
+def graph_create(st, off=16):
+    return slot_req('GraphCreate', [arg_small(0)]*6, extra=le(off,2)+le(len(st),2)+st)
+malloc=slot_req('Malloc',[arg_small(4096), arg_small(0)]+[arg_small(0)]*4)
+stream=ring_entry(1,'StreamCreate',300,[arg_small(0)]*6)
+def launch(g, ring=1): return ring_entry(ring,'GraphLaunch',300,[arg_small(g)]+[arg_small(0)]*5)
+def destroy(g, n): return slot_req('GraphDestroy',[arg_small(g), arg_small(n)]+[arg_small(0)]*4)
+seeds={
+ 'all three kinds, launched twice, destroyed': malloc+poll()+graph_create(steps('memset kernel copy'))+poll()+stream+poll()+launch(1)+launch(1)+poll()+destroy(1,2)+poll(),
+ 'destroy before its launches are dispatched': malloc+poll()+graph_create(steps('kernel'))+poll()+stream+launch(1)+destroy(1,3)+poll()+launch(1)+poll()+launch(1)+poll(),
+ 'bad step kind refused': malloc+poll()+graph_create(steps('memset bad'))+poll()+stream+launch(1)+poll(),
+ 'memset past the allocation': malloc+poll()+graph_create(steps('past'))+poll()+stream+launch(1)+poll(),
+ 'launch of a graph never made': stream+poll()+launch(7)+poll(),
+ 'launch with no allocation': graph_create(steps('copy memset'))+poll()+stream+launch(1)+poll()+destroy(1,0)+poll(),
+}
+out=sys.argv[1]
+for name,data in seeds.items():
+    h=hashlib.sha1(data).hexdigest()
+    open(f'{out}/{h}','wb').write(data)
+    print(name, h, len(data))

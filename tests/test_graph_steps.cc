@@ -1,0 +1,123 @@
+// The graph steps format (src/transport/graph_steps.h): what the writer
+// makes parses back to the same steps; malformed bytes are refused with a
+// reason; and no bytes at all, however mutated, parse into a step that
+// reaches outside them.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "transport/graph_steps.h"
+
+namespace ordo {
+namespace {
+
+GraphStepWriter sample() {
+  GraphStepWriter w;
+  const uint8_t args[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  w.kernel({7, 256, {2, 3, 4}, {32, 2, 1}, sizeof args, 0}, args);
+  w.memset({0x1000, 0xab, 4096});
+  w.copy({0x2000, 0x3000, 77});
+  w.kernel({8, 0, {1, 1, 1}, {1, 1, 1}, 0, 0}, nullptr);
+  return w;
+}
+
+TEST(GraphSteps, WhatTheWriterMakesParsesBack) {
+  const GraphStepWriter w = sample();
+  std::vector<GraphStep> steps;
+  std::string why;
+  ASSERT_TRUE(parse_graph_steps(w.bytes(), &steps, &why)) << why;
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(w.steps(), 4u);
+  EXPECT_EQ(w.bytes().size() % 8, 0u);
+  ASSERT_EQ(steps[0].kind, StepKind::kKernel);
+  EXPECT_EQ(steps[0].kernel.kernel, 7u);
+  EXPECT_EQ(steps[0].kernel.shared_mem, 256u);
+  EXPECT_EQ(steps[0].kernel.grid.z, 4u);
+  EXPECT_EQ(steps[0].kernel.block.x, 32u);
+  ASSERT_EQ(steps[0].kernel.args_size, 12u);
+  EXPECT_EQ(std::to_integer<int>(steps[0].args[11]), 12);
+  ASSERT_EQ(steps[1].kind, StepKind::kMemset);
+  EXPECT_EQ(steps[1].memset.dst, 0x1000u);
+  EXPECT_EQ(steps[1].memset.value, 0xabu);
+  EXPECT_EQ(steps[1].memset.size, 4096u);
+  ASSERT_EQ(steps[2].kind, StepKind::kCopy);
+  EXPECT_EQ(steps[2].copy.src, 0x3000u);
+  EXPECT_EQ(steps[2].copy.size, 77u);
+  EXPECT_EQ(steps[3].kernel.args_size, 0u);
+}
+
+TEST(GraphSteps, MalformedBytesAreRefusedWithAReason) {
+  const std::vector<std::byte> good = sample().bytes();
+  auto put32 = [](std::vector<std::byte> b, size_t at, uint32_t v) {
+    std::memcpy(&b[at], &v, 4);
+    return b;
+  };
+  auto put64 = [](std::vector<std::byte> b, size_t at, uint64_t v) {
+    std::memcpy(&b[at], &v, 8);
+    return b;
+  };
+  const size_t memset_at = 8 + 40 + 16;  // the first kernel's header, its step, its padded arguments
+  struct Case {
+    const char* what;
+    std::vector<std::byte> bytes;
+  } cases[] = {
+      {"no steps", {}},
+      {"a header cut short", std::vector<std::byte>(good.begin(), good.begin() + 5)},
+      {"a step cut short", std::vector<std::byte>(good.begin(), good.begin() + 30)},
+      {"an unknown kind", put32(good, 0, 4)},
+      {"kind zero", put32(good, 0, 0)},
+      {"a misaligned size", put32(good, 4, 60)},
+      {"a size past the end", put32(good, 4, 0xfffffff8u)},
+      {"arguments longer than the step", put32(good, 8 + 32, 20)},
+      {"arguments shorter than the step", put32(good, 8 + 32, 4)},
+      {"arguments over CUDA's limit", put32(good, 8 + 32, kMaxGraphParamBytes + 1)},
+      {"a zero grid dimension", put32(good, 8 + 8, 0)},
+      {"a zero block dimension", put32(good, 8 + 28, 0)},
+      {"a memset of the wrong size", put32(good, memset_at + 4, 32)},
+      {"a memset value that is no byte", put64(good, memset_at + 8 + 8, 0x100)},
+  };
+  for (const Case& c : cases) {
+    std::vector<GraphStep> steps;
+    std::string why;
+    EXPECT_FALSE(parse_graph_steps(c.bytes, &steps, &why)) << c.what;
+    EXPECT_FALSE(why.empty()) << c.what;
+  }
+  std::vector<std::byte> huge(kMaxGraphBytes + 8);
+  std::vector<GraphStep> steps;
+  std::string why;
+  EXPECT_FALSE(parse_graph_steps(huge, &steps, &why));
+}
+
+TEST(GraphSteps, MutatedBytesNeverParseIntoStepsOutsideThem) {
+  const std::vector<std::byte> good = sample().bytes();
+  std::mt19937_64 rng(20261207);
+  size_t accepted = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<std::byte> b = good;
+    const int flips = 1 + int(rng() % 4);
+    for (int f = 0; f < flips; ++f) b[rng() % b.size()] = std::byte(rng());
+    if (rng() % 8 == 0) b.resize(rng() % (b.size() + 1));
+    std::vector<GraphStep> steps;
+    std::string why;
+    if (!parse_graph_steps(b, &steps, &why)) continue;
+    ++accepted;
+    ASSERT_FALSE(steps.empty());
+    for (const GraphStep& st : steps) {
+      ASSERT_TRUE(st.kind == StepKind::kKernel || st.kind == StepKind::kMemset || st.kind == StepKind::kCopy);
+      if (st.kind == StepKind::kKernel) {
+        ASSERT_GE(st.args, b.data());
+        ASSERT_LE(st.args + st.kernel.args_size, b.data() + b.size());
+        ASSERT_NE(st.kernel.grid.x * st.kernel.block.x, 0u);
+      }
+      if (st.kind == StepKind::kMemset) {
+        ASSERT_LE(st.memset.value, 0xffu);
+      }
+    }
+  }
+  EXPECT_GT(accepted, 100u) << "mutations of payload bytes should still parse";
+}
+
+}  // namespace
+}  // namespace ordo
