@@ -8,7 +8,8 @@
 // and private events (recorded on one stream and then re-recorded on another,
 // waited on, destroyed with waits still pending, re-created). All threads also
 // share the legacy stream and four created streams. Kernels are `ordo_stamp`s
-// (start and end on one clock of the simulated device); afterwards every stamp
+// (start and end on one clock of the simulated device; one in five launched as
+// a one-kernel graph, a GraphLaunch entry); afterwards every stamp
 // must have run and every pair the program ordered must not overlap:
 //   C1 stream order   same stream, earlier call
 //   C2 event wait     work before the record a wait referred to -> work after the wait
@@ -44,6 +45,7 @@
 
 #include "guest/testing.h"
 #include "ordo/sim.h"
+#include "transport/graph_steps.h"
 
 namespace ordo::scenario {
 namespace {
@@ -247,8 +249,20 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
       Logged l{Kind::Stamp, th, phase, seq++, g.sid, g.legacy, g.blocking, g.device};
       l.stamp = next_stamp++;
       sim::StampArgs a{dstamps[g.device], uint32_t(l.stamp), uint32_t(rng() % 200)};
-      GEN_OK(c->launch(stamp_k, {1}, {1}, &a, sizeof a, g.s));
-      l.pos = guest::last_position(*c);
+      if (rng() % 5 == 0) {
+        // As a CUDA graph's launch: one GraphLaunch entry, the graph destroyed
+        // at once (the worker keeps it for the launch still in the ring).
+        GraphStepWriter w;
+        w.kernel({stamp_k, 0, {1, 1, 1}, {1, 1, 1}, sizeof a, 0}, &a);
+        uint32_t graph = 0;
+        GEN_OK(c->graph_create(w.bytes().data(), w.bytes().size(), &graph));
+        GEN_OK(c->graph_launch(graph, g.s));
+        l.pos = guest::last_position(*c);
+        GEN_OK(c->graph_destroy(graph));
+      } else {
+        GEN_OK(c->launch(stamp_k, {1}, {1}, &a, sizeof a, g.s));
+        l.pos = guest::last_position(*c);
+      }
       add(l);
       last = l;
       covered_sid = 0;
