@@ -33,6 +33,7 @@
 #include "worker/backend.h"
 #include "worker/backends/null/null_backend.h"
 #include "worker/worker.h"
+#include "transport/graph_steps.h"
 #include "transport/ring.h"
 
 namespace {
@@ -953,6 +954,60 @@ void BM_PairedOrdering(benchmark::State& state) {
 BENCHMARK(BM_PairedOrdering<false>)->Name("paired/ordering/independent")->UseManualTime()->MinTime(kMinTime);
 BENCHMARK(BM_PairedOrdering<true>)->Name("paired/ordering/mixed_legacy")->UseManualTime()->MinTime(kMinTime);
 BENCHMARK(BM_PairedOrdering<false, true>)->Name("paired/ordering/independent_control_on_vs_on")
+    ->UseManualTime()->MinTime(kMinTime);
+
+// A CUDA graph's kernels as one GraphLaunch entry vs the same kernels
+// launched one by one, on one stream of one worker, alternating ABBA; each
+// phase is 64 repetitions and the synchronize that ends it. Per kernel, in ns.
+void BM_PairedGraphVsLaunches(benchmark::State& state) {
+  const int kernels = int(state.range(0));
+  constexpr int kReps = 64;
+  Env env(Config{.idle_sleep = true}, 1);
+  ordo::Client& c = env.client();
+  const ordo::Stream s = env.stream(0);
+  const Args16 args{1, 2};
+  ordo::GraphStepWriter w;
+  for (int i = 0; i < kernels; ++i) w.kernel({env.kernel(), 0, {1, 1, 1}, {1, 1, 1}, sizeof args, 0}, &args);
+  uint32_t graph = 0;
+  if (!ok(c.graph_create(w.bytes().data(), w.bytes().size(), &graph))) die("graph_create failed");
+  auto graph_phase = [&] {
+    settle(&env);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < kReps; ++r)
+      if (!ok(c.graph_launch(graph, s))) die("graph_launch failed");
+    if (!ok(c.stream_synchronize(s))) die("stream_synchronize failed");
+    return ns_since(t0) / (kReps * kernels);
+  };
+  auto launch_phase = [&] {
+    settle(&env);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < kReps * kernels; ++r)
+      if (!ok(c.launch(env.kernel(), {1}, {1}, &args, sizeof args, s))) die("launch failed");
+    if (!ok(c.stream_synchronize(s))) die("stream_synchronize failed");
+    return ns_since(t0) / (kReps * kernels);
+  };
+  double graph_ns = 0, launch_ns = 0;
+  bool flip = false;
+  for (auto _ : state) {
+    double a, b;
+    if ((flip = !flip)) {
+      a = graph_phase();
+      b = launch_phase();
+    } else {
+      b = launch_phase();
+      a = graph_phase();
+    }
+    state.SetIterationTime((a + b) * kReps * kernels * 1e-9);
+    graph_ns += a;
+    launch_ns += b;
+  }
+  if (!ok(c.graph_destroy(graph))) die("graph_destroy failed");
+  const double n = double(state.iterations());
+  state.counters["graph_ns_per_kernel"] = graph_ns / n;
+  state.counters["launch_ns_per_kernel"] = launch_ns / n;
+  state.counters["launch_over_graph"] = launch_ns / graph_ns;  // > 1: the graph is cheaper per kernel
+}
+BENCHMARK(BM_PairedGraphVsLaunches)->Name("paired/graph_vs_launches")->ArgName("kernels")->Arg(1)->Arg(8)->Arg(64)
     ->UseManualTime()->MinTime(kMinTime);
 
 }  // namespace
