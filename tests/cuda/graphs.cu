@@ -1,12 +1,17 @@
 // CUDA graphs as PyTorch, JAX and the CUDA samples use them: stream capture
 // (fork and join through events, the capture queries, the calls capture
 // forbids), the explicit graph API (kernel, memset, memcpy, host, event,
-// child-graph and empty nodes), instantiate, launch, and updating an exec in
-// place. The same program must pass natively and through ordo.
+// child-graph and empty nodes), instantiate, launch, updating an exec in
+// place, user objects and kernel node attributes. The same program must pass
+// natively and through ordo.
 #include <cuda_runtime.h>
+
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "common.cuh"
@@ -373,6 +378,62 @@ void exec_launches_in_order() {
   CHECK(cudaFree(dev));
 }
 
+std::atomic<int> destroyed{0};
+void CUDART_CB destroy_object(void* p) { destroyed += *static_cast<int*>(p); }
+
+// A user object the graph holds goes once the graph and every exec made from
+// it are gone (the exec's after its launches ran); a kernel node's attributes
+// are kept; the graph can be printed for debugging.
+void user_objects_and_attributes() {
+  int* dev;
+  CHECK(cudaMalloc(&dev, kBytes));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  fill<<<1, kN, 0, s>>>(dev, kN, 9);
+  CHECK(cudaStreamEndCapture(s, &g));
+  static int weight = 1;
+  cudaUserObject_t obj;
+  CHECK(cudaUserObjectCreate(&obj, &weight, destroy_object, 1, cudaUserObjectNoDestructorSync));
+  CHECK(cudaGraphRetainUserObject(g, obj, 1, cudaGraphUserObjectMove));
+
+  cudaGraphNode_t node;
+  size_t one = 1;
+  CHECK(cudaGraphGetNodes(g, &node, &one));
+  cudaKernelNodeAttrValue v = {};
+  v.priority = 1;
+  CHECK(cudaGraphKernelNodeSetAttribute(node, cudaKernelNodeAttributePriority, &v));
+  cudaKernelNodeAttrValue got = {};
+  CHECK(cudaGraphKernelNodeGetAttribute(node, cudaKernelNodeAttributePriority, &got));
+  EXPECT(got.priority == 1);
+  char path[] = "/tmp/ordo-graph-dot-XXXXXX";
+  const int fd = mkstemp(path);
+  EXPECT(fd >= 0);
+  if (fd >= 0) {
+    close(fd);
+    CHECK(cudaGraphDebugDotPrint(g, path, 0));
+    char head[16] = {};
+    FILE* f = std::fopen(path, "r");
+    EXPECT(f && std::fread(head, 1, 7, f) == 7 && std::strncmp(head, "digraph", 7) == 0);
+    if (f) std::fclose(f);
+    unlink(path);
+  }
+
+  cudaGraphExec_t x;
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaGraphLaunch(x, s));
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(destroyed == 0);  // the exec still holds it
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaDeviceSynchronize());
+  for (int i = 0; i < 1000 && destroyed == 0; ++i) usleep(1000);  // CUDA destroys it asynchronously
+  EXPECT(destroyed == 1);
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(dev));
+}
+
 }  // namespace
 
 int main() {
@@ -381,6 +442,7 @@ int main() {
   capture_forbidden();
   explicit_graph();
   exec_launches_in_order();
+  user_objects_and_attributes();
   std::printf("%s\n", failures ? "FAILED" : "OK");
   return failures ? 1 : 0;
 }

@@ -5,6 +5,7 @@
 #include "graph.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <unordered_set>
@@ -42,6 +43,8 @@ struct GraphExec {
   // records `done`, and a launch on another stream than the last waits for it.
   CUevent done = nullptr;
   uint64_t last_stream = 0;
+  CUstream last_handle = nullptr;  // that stream: the exec's user objects go after its last launch
+  std::map<UserObject*, unsigned> user_objects;  // the graph's, retained at instantiate
   bool launched = false;
   uint32_t id = 0;
 };
@@ -81,6 +84,8 @@ Graph* clone_graph(const Graph& from, std::map<const GraphNode*, GraphNode*>* ma
     c->origin = n.get();
     m[n.get()] = c;
   }
+  for (auto [o, count] : from.user_objects) retain_user_object(o, count);
+  g->user_objects = from.user_objects;
   return g;
 }
 
@@ -123,6 +128,20 @@ bool flatten(const Graph& g, const GraphNode* top, std::vector<ExecStep>* out) {
       if (--waiting[a] == 0) ready.push_back(a);
   }
   return done == g.nodes.size();
+}
+
+const char* node_type_name(CUgraphNodeType t) {
+  switch (t) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: return "KERNEL";
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return "MEMCPY";
+    case CU_GRAPH_NODE_TYPE_MEMSET: return "MEMSET";
+    case CU_GRAPH_NODE_TYPE_HOST: return "HOST";
+    case CU_GRAPH_NODE_TYPE_GRAPH: return "GRAPH";
+    case CU_GRAPH_NODE_TYPE_EMPTY: return "EMPTY";
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return "WAIT_EVENT";
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return "EVENT_RECORD";
+    default: return "OTHER";
+  }
 }
 
 CUstream to_stream(ordo::Stream s) { return reinterpret_cast<CUstream>(stream_handle(s)); }
@@ -216,6 +235,8 @@ CUresult instantiate(CUgraphExec* out, CUgraph h, unsigned long long flags, CUgr
     if (!g) return CUDA_ERROR_INVALID_VALUE;
     if (!flatten(*g, nullptr, &x->steps)) return CUDA_ERROR_INVALID_VALUE;  // a cycle
     x->id = g_next_id++;
+    for (auto [o, count] : g->user_objects) retain_user_object(o, count);
+    x->user_objects = g->user_objects;
   }
   x->flags = flags;
   if (CUresult e = cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING); e != CUDA_SUCCESS) return e;
@@ -502,6 +523,7 @@ NodeWork NodeWork::clone() const {
   w.set = set;
   w.host = host;
   w.event = event;
+  w.attrs = attrs;
   if (child) w.child.reset(clone_graph(*child, nullptr));
   return w;
 }
@@ -618,6 +640,7 @@ CUresult graph_launch(CUgraphExec hx, CUstream stream, bool per_thread) {
   if (CUresult e = event_record(x->done, to_stream(s), false); e != CUDA_SUCCESS) return e;
   x->launched = true;
   x->last_stream = key;
+  x->last_handle = to_stream(s);
   return CUDA_SUCCESS;
 }
 
@@ -1093,6 +1116,17 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hx) {
     for (const PlanItem& p : x->plan)
       if (p.graph) c->graph_destroy(p.graph);
   cuEventDestroy_v2(x->done);
+  if (!x->user_objects.empty()) {
+    // Released once the last launch ran: its stream's host function, or now.
+    using Held = std::map<UserObject*, unsigned>;
+    auto* held = new Held(std::move(x->user_objects));
+    CUhostFn release = [](void* p) {
+      auto* h = static_cast<Held*>(p);
+      for (auto [o, n] : *h) release_user_object(o, n);
+      delete h;
+    };
+    if (!x->launched || launch_host_func(x->last_handle, release, held, false) != CUDA_SUCCESS) release(held);
+  }
   delete x;
   return CUDA_SUCCESS;
 }
@@ -1149,6 +1183,73 @@ CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hx, CUgraphNode hn, unsigned 
       return CUDA_SUCCESS;
     }
   return CUDA_ERROR_INVALID_VALUE;
+}
+
+// ---------------------------------------------------------------- kernel node attributes, debugging
+
+CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hn, CUkernelNodeAttrID attr,
+                                               const CUkernelNodeAttrValue* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  // What a launch accepts (launch.cc), a node accepts.
+  CUlaunchAttribute a{};
+  a.id = attr;
+  a.value = *value;
+  CUlaunchConfig config{};
+  config.attrs = &a;
+  config.numAttrs = 1;
+  if (CUresult e = check_launch_attributes(&config); e != CUDA_SUCCESS) return e;
+  return with_node(hn, CU_GRAPH_NODE_TYPE_KERNEL, [&](GraphNode* n) {
+    n->work.attrs[int(attr)] = *value;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode hn, CUkernelNodeAttrID attr,
+                                               CUkernelNodeAttrValue* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hn, CU_GRAPH_NODE_TYPE_KERNEL, [&](GraphNode* n) {
+    auto it = n->work.attrs.find(int(attr));
+    *value = it == n->work.attrs.end() ? CUkernelNodeAttrValue{} : it->second;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src) {
+  std::lock_guard lock(graph_mutex());
+  GraphNode* d = node_of(dst, CU_GRAPH_NODE_TYPE_KERNEL);
+  const GraphNode* s = node_of(src, CU_GRAPH_NODE_TYPE_KERNEL);
+  if (!d || !s) return CUDA_ERROR_INVALID_VALUE;
+  d->work.attrs = s->work.attrs;
+  return CUDA_SUCCESS;
+}
+
+// The graph in Graphviz's DOT language: one box per node (its type, and a
+// kernel's name), one arrow per edge; child graphs as clusters.
+CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hg, const char* path, unsigned int) {
+  if (!path) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(graph_mutex());
+  const Graph* g = graph_of(hg);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  FILE* f = std::fopen(path, "w");
+  if (!f) return CUDA_ERROR_OPERATING_SYSTEM;
+  std::fprintf(f, "digraph ordo_graph_%u {\n", g->id);
+  auto print = [f](const Graph& graph, auto& self) -> void {
+    for (const auto& n : graph.nodes) {
+      const Function* fn = n->work.type == CU_GRAPH_NODE_TYPE_KERNEL ? function_of(n->work.fn) : nullptr;
+      std::fprintf(f, "  n%p [shape=box label=\"%s%s%s\"];\n", static_cast<const void*>(n.get()),
+                   node_type_name(n->work.type), fn ? "\\n" : "", fn ? fn->name.c_str() : "");
+      for (const GraphNode* d : n->deps)
+        std::fprintf(f, "  n%p -> n%p;\n", static_cast<const void*>(d), static_cast<const void*>(n.get()));
+      if (n->work.child) {
+        std::fprintf(f, "  subgraph cluster_%p {\n", static_cast<const void*>(n.get()));
+        self(*n->work.child, self);
+        std::fprintf(f, "  }\n");
+      }
+    }
+  };
+  print(*g, print);
+  std::fprintf(f, "}\n");
+  return std::fclose(f) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
 }
 
 }  // extern "C"

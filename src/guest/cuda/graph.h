@@ -9,6 +9,7 @@
 #include "state.h"  // first: it includes cuda.h
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -30,6 +31,9 @@ struct NodeWork {
   CUDA_HOST_NODE_PARAMS host{};   // CU_GRAPH_NODE_TYPE_HOST
   CUevent event = nullptr;        // CU_GRAPH_NODE_TYPE_EVENT_RECORD, CU_GRAPH_NODE_TYPE_WAIT_EVENT
   std::unique_ptr<Graph> child;   // CU_GRAPH_NODE_TYPE_GRAPH: the node's own graph
+  // A kernel node's launch attributes (cuGraphKernelNodeSetAttribute): those a
+  // launch accepts, kept for GetAttribute; none changes what the kernel does here.
+  std::map<int, CUlaunchAttributeValue> attrs;
 
   NodeWork() = default;
   NodeWork(NodeWork&&) = default;
@@ -48,10 +52,20 @@ struct GraphNode {
   std::vector<void*> arg_ptrs;
 };
 
+struct UserObject;  // user_object.cc
+
 struct Graph {
+  ~Graph();  // releases its user objects
   std::vector<std::unique_ptr<GraphNode>> nodes;  // in the order they were added
   uint32_t id = 0;
+  std::map<UserObject*, unsigned> user_objects;  // references it holds (cuGraphRetainUserObject)
 };
+
+// User objects (user_object.cc): `count` references more, or fewer; the last
+// release runs the object's destructor in the calling thread (CUDA forbids it
+// CUDA calls, so it cannot need our locks).
+void retain_user_object(UserObject* o, unsigned count);
+void release_user_object(UserObject* o, unsigned count);
 
 // Graphs, nodes, execs and captures are guarded by one lock: none of them is
 // on a hot path (a launch replays an exec without it).
@@ -68,6 +82,9 @@ GraphNode* live_node(CUgraphNode h);  // null if not a node of a live graph
 // errors, checked when the node is made.
 CUresult kernel_node_work(CUfunction fn, Dim3 grid, Dim3 block, unsigned smem, void** params, void** extra,
                           NodeWork* w);
+// Launch attributes (launch.cc): CUDA_SUCCESS for those that change nothing a
+// program can observe here, CUDA_ERROR_NOT_SUPPORTED for the rest.
+CUresult check_launch_attributes(const CUlaunchConfig* config);
 // Sets n->arg_ptrs to each argument in n's packed bytes, by the kernel's layout (none without one).
 void kernel_arg_pointers(GraphNode* n);
 

@@ -71,33 +71,6 @@ CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stre
   return to_cu(c->launch(f->id, grid, block, buf, uint32_t(size), s, smem));
 }
 
-// Attributes that change nothing a program can observe here: accepted. The rest
-// (clusters, cooperative launches, launch-completion events...) change what
-// the kernel may do or what it signals, and are refused rather than dropped.
-CUresult check_launch_attributes(const CUlaunchConfig* config) {
-  for (unsigned i = 0; i < config->numAttrs; ++i) {
-    switch (config->attrs[i].id) {
-      case CU_LAUNCH_ATTRIBUTE_IGNORE:
-      case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
-      case CU_LAUNCH_ATTRIBUTE_PRIORITY:
-      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
-      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
-      // Stream order is kept in full; allowing overlap with the previous kernel is only permission.
-      case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: continue;
-      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
-        const auto& d = config->attrs[i].value.clusterDim;
-        if (d.x <= 1 && d.y <= 1 && d.z <= 1) continue;
-        return CUDA_ERROR_NOT_SUPPORTED;
-      }
-      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-        if (!config->attrs[i].value.cooperative) continue;
-        return CUDA_ERROR_NOT_SUPPORTED;
-      default: return CUDA_ERROR_NOT_SUPPORTED;
-    }
-  }
-  return CUDA_SUCCESS;
-}
-
 // Function attributes: the limits of the device; per-kernel resource use
 // (registers, local memory) is the host compiler's and is not reported.
 CUresult func_attribute(int* value, CUfunction_attribute attr, CUfunction fn, CUdevice dev) {
@@ -150,6 +123,33 @@ CUresult func_set_attribute(CUfunction fn, CUfunction_attribute attr, int value,
 }
 
 }  // namespace
+
+// Attributes that change nothing a program can observe here: accepted. The rest
+// (clusters, cooperative launches, launch-completion events...) change what
+// the kernel may do or what it signals, and are refused rather than dropped.
+CUresult check_launch_attributes(const CUlaunchConfig* config) {
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    switch (config->attrs[i].id) {
+      case CU_LAUNCH_ATTRIBUTE_IGNORE:
+      case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+      case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+      // Stream order is kept in full; allowing overlap with the previous kernel is only permission.
+      case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: continue;
+      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
+        const auto& d = config->attrs[i].value.clusterDim;
+        if (d.x <= 1 && d.y <= 1 && d.z <= 1) continue;
+        return CUDA_ERROR_NOT_SUPPORTED;
+      }
+      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        if (!config->attrs[i].value.cooperative) continue;
+        return CUDA_ERROR_NOT_SUPPORTED;
+      default: return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  return CUDA_SUCCESS;
+}
 
 // ================================================================ behind the exports (forwarders.txt)
 
