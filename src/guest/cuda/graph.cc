@@ -502,6 +502,53 @@ void make_plan(ordo::Client* c, GraphExec* x) {
   x->planned = true;
 }
 
+// The calls of one node type whose parameters are one field of NodeWork:
+// add, get, set, and set in an exec. `Check` refuses bad parameters.
+template <CUgraphNodeType Type, typename P, P NodeWork::*Field, CUresult (*Check)(const P&)>
+struct FieldNode {
+  static NodeWork work(const P& p) {
+    NodeWork w;
+    w.type = Type;
+    w.*Field = p;
+    return w;
+  }
+  static CUresult add(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n, const P* p) {
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult e = Check(*p); e != CUDA_SUCCESS) return e;
+    std::lock_guard lock(graph_mutex());
+    return ::ordo::driver::add(out, g, deps, n, work(*p));
+  }
+  static CUresult get(CUgraphNode hn, P* p) {
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    return with_node(hn, Type, [p](GraphNode* n) {
+      *p = n->work.*Field;
+      return CUDA_SUCCESS;
+    });
+  }
+  static CUresult set(CUgraphNode hn, const P* p) {
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult e = Check(*p); e != CUDA_SUCCESS) return e;
+    return with_node(hn, Type, [p](GraphNode* n) {
+      n->work.*Field = *p;
+      return CUDA_SUCCESS;
+    });
+  }
+  static CUresult exec_set(CUgraphExec x, CUgraphNode hn, const P* p) {
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult e = Check(*p); e != CUDA_SUCCESS) return e;
+    return ::ordo::driver::exec_set(x, hn, work(*p));
+  }
+};
+
+CUresult check_host(const CUDA_HOST_NODE_PARAMS& p) { return p.fn ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+CUresult check_event(const CUevent& e) { return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+
+using CopyNode = FieldNode<CU_GRAPH_NODE_TYPE_MEMCPY, CUDA_MEMCPY3D, &NodeWork::copy, check_copy>;
+using MemsetNode = FieldNode<CU_GRAPH_NODE_TYPE_MEMSET, CUDA_MEMSET_NODE_PARAMS, &NodeWork::set, check_memset>;
+using HostNode = FieldNode<CU_GRAPH_NODE_TYPE_HOST, CUDA_HOST_NODE_PARAMS, &NodeWork::host, check_host>;
+using RecordNode = FieldNode<CU_GRAPH_NODE_TYPE_EVENT_RECORD, CUevent, &NodeWork::event, check_event>;
+using WaitNode = FieldNode<CU_GRAPH_NODE_TYPE_WAIT_EVENT, CUevent, &NodeWork::event, check_event>;
+
 }  // namespace
 
 // ================================================================ shared with capture.cc
@@ -904,102 +951,39 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec x, CUgraphNode hn, c
 
 CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
                                       const CUDA_MEMCPY3D* p, CUcontext) {
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  NodeWork w;
-  w.type = CU_GRAPH_NODE_TYPE_MEMCPY;
-  w.copy = *p;
-  if (CUresult e = check_copy(w.copy); e != CUDA_SUCCESS) return e;
-  std::lock_guard lock(graph_mutex());
-  return add(out, g, deps, n, std::move(w));
+  return CopyNode::add(out, g, deps, n, p);
 }
-CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode hn, CUDA_MEMCPY3D* p) {
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hn, CU_GRAPH_NODE_TYPE_MEMCPY, [p](GraphNode* n) {
-    *p = n->work.copy;
-    return CUDA_SUCCESS;
-  });
-}
-CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode hn, const CUDA_MEMCPY3D* p) {
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = check_copy(*p); e != CUDA_SUCCESS) return e;
-  return with_node(hn, CU_GRAPH_NODE_TYPE_MEMCPY, [p](GraphNode* n) {
-    n->work.copy = *p;
-    return CUDA_SUCCESS;
-  });
-}
+CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode hn, CUDA_MEMCPY3D* p) { return CopyNode::get(hn, p); }
+CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode hn, const CUDA_MEMCPY3D* p) { return CopyNode::set(hn, p); }
 CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec x, CUgraphNode hn, const CUDA_MEMCPY3D* p, CUcontext) {
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = check_copy(*p); e != CUDA_SUCCESS) return e;
-  NodeWork w;
-  w.type = CU_GRAPH_NODE_TYPE_MEMCPY;
-  w.copy = *p;
-  return exec_set(x, hn, std::move(w));
+  return CopyNode::exec_set(x, hn, p);
 }
 
 CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
                                       const CUDA_MEMSET_NODE_PARAMS* p, CUcontext) {
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = check_memset(*p); e != CUDA_SUCCESS) return e;
-  NodeWork w;
-  w.type = CU_GRAPH_NODE_TYPE_MEMSET;
-  w.set = *p;
-  std::lock_guard lock(graph_mutex());
-  return add(out, g, deps, n, std::move(w));
+  return MemsetNode::add(out, g, deps, n, p);
 }
 CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode hn, CUDA_MEMSET_NODE_PARAMS* p) {
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hn, CU_GRAPH_NODE_TYPE_MEMSET, [p](GraphNode* n) {
-    *p = n->work.set;
-    return CUDA_SUCCESS;
-  });
+  return MemsetNode::get(hn, p);
 }
 CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS* p) {
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = check_memset(*p); e != CUDA_SUCCESS) return e;
-  return with_node(hn, CU_GRAPH_NODE_TYPE_MEMSET, [p](GraphNode* n) {
-    n->work.set = *p;
-    return CUDA_SUCCESS;
-  });
+  return MemsetNode::set(hn, p);
 }
 CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec x, CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS* p,
                                                 CUcontext) {
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = check_memset(*p); e != CUDA_SUCCESS) return e;
-  NodeWork w;
-  w.type = CU_GRAPH_NODE_TYPE_MEMSET;
-  w.set = *p;
-  return exec_set(x, hn, std::move(w));
+  return MemsetNode::exec_set(x, hn, p);
 }
 
 CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
                                     const CUDA_HOST_NODE_PARAMS* p) {
-  if (!p || !p->fn) return CUDA_ERROR_INVALID_VALUE;
-  NodeWork w;
-  w.type = CU_GRAPH_NODE_TYPE_HOST;
-  w.host = *p;
-  std::lock_guard lock(graph_mutex());
-  return add(out, g, deps, n, std::move(w));
+  return HostNode::add(out, g, deps, n, p);
 }
-CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode hn, CUDA_HOST_NODE_PARAMS* p) {
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hn, CU_GRAPH_NODE_TYPE_HOST, [p](GraphNode* n) {
-    *p = n->work.host;
-    return CUDA_SUCCESS;
-  });
-}
+CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode hn, CUDA_HOST_NODE_PARAMS* p) { return HostNode::get(hn, p); }
 CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode hn, const CUDA_HOST_NODE_PARAMS* p) {
-  if (!p || !p->fn) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hn, CU_GRAPH_NODE_TYPE_HOST, [p](GraphNode* n) {
-    n->work.host = *p;
-    return CUDA_SUCCESS;
-  });
+  return HostNode::set(hn, p);
 }
 CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec x, CUgraphNode hn, const CUDA_HOST_NODE_PARAMS* p) {
-  if (!p || !p->fn) return CUDA_ERROR_INVALID_VALUE;
-  NodeWork w;
-  w.type = CU_GRAPH_NODE_TYPE_HOST;
-  w.host = *p;
-  return exec_set(x, hn, std::move(w));
+  return HostNode::exec_set(x, hn, p);
 }
 
 CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n) {
@@ -1030,62 +1014,20 @@ CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec x, CUgraphNode h
 
 CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
                                            CUevent e) {
-  if (!e) return CUDA_ERROR_INVALID_VALUE;
-  NodeWork w;
-  w.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
-  w.event = e;
-  std::lock_guard lock(graph_mutex());
-  return add(out, g, deps, n, std::move(w));
+  return RecordNode::add(out, g, deps, n, &e);
 }
 CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n, CUevent e) {
-  if (!e) return CUDA_ERROR_INVALID_VALUE;
-  NodeWork w;
-  w.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
-  w.event = e;
-  std::lock_guard lock(graph_mutex());
-  return add(out, g, deps, n, std::move(w));
+  return WaitNode::add(out, g, deps, n, &e);
 }
-CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(CUgraphNode hn, CUevent* e) {
-  if (!e) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hn, CU_GRAPH_NODE_TYPE_EVENT_RECORD, [e](GraphNode* n) {
-    *e = n->work.event;
-    return CUDA_SUCCESS;
-  });
-}
-CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(CUgraphNode hn, CUevent* e) {
-  if (!e) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hn, CU_GRAPH_NODE_TYPE_WAIT_EVENT, [e](GraphNode* n) {
-    *e = n->work.event;
-    return CUDA_SUCCESS;
-  });
-}
-CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode hn, CUevent e) {
-  if (!e) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hn, CU_GRAPH_NODE_TYPE_EVENT_RECORD, [e](GraphNode* n) {
-    n->work.event = e;
-    return CUDA_SUCCESS;
-  });
-}
-CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode hn, CUevent e) {
-  if (!e) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hn, CU_GRAPH_NODE_TYPE_WAIT_EVENT, [e](GraphNode* n) {
-    n->work.event = e;
-    return CUDA_SUCCESS;
-  });
-}
+CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(CUgraphNode hn, CUevent* e) { return RecordNode::get(hn, e); }
+CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(CUgraphNode hn, CUevent* e) { return WaitNode::get(hn, e); }
+CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode hn, CUevent e) { return RecordNode::set(hn, &e); }
+CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode hn, CUevent e) { return WaitNode::set(hn, &e); }
 CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec x, CUgraphNode hn, CUevent e) {
-  if (!e) return CUDA_ERROR_INVALID_VALUE;
-  NodeWork w;
-  w.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
-  w.event = e;
-  return exec_set(x, hn, std::move(w));
+  return RecordNode::exec_set(x, hn, &e);
 }
 CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec x, CUgraphNode hn, CUevent e) {
-  if (!e) return CUDA_ERROR_INVALID_VALUE;
-  NodeWork w;
-  w.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
-  w.event = e;
-  return exec_set(x, hn, std::move(w));
+  return WaitNode::exec_set(x, hn, &e);
 }
 
 // ---------------------------------------------------------------- execs
