@@ -1,7 +1,5 @@
-// CUDA graphs: building them node by node, instantiating, updating and
-// launching them. An exec is the graph's nodes in an order their edges allow
-// (child graphs inlined); a launch replays them as stream work on the launch
-// stream, after the exec's previous launch, as CUDA orders launches of one exec.
+// CUDA graphs: building them node by node (and by capture, capture.cc),
+// their queries and edges, clones, kernel node attributes. Execs are exec.cc's.
 #include "graph.h"
 
 #include <algorithm>
@@ -16,49 +14,15 @@
 
 namespace ordo::driver {
 
-namespace {
-
-struct ExecStep {
-  const GraphNode* top = nullptr;   // the node of the instantiated graph it comes from
-  const GraphNode* node = nullptr;  // itself, or the node of a child graph inside `top`
-  std::vector<size_t> deps;         // steps it follows, for cuGraphExecUpdate's topology check
-  NodeWork work;
-  bool enabled = true;
-};
-
-// What a launch does, in order: runs of device steps the worker holds
-// (`graph`, one GraphLaunch entry each), and the other steps replayed one by
-// one (`step`).
-struct PlanItem {
-  uint32_t graph = 0;  // a worker graph, or 0: replay steps[step]
-  size_t step = 0;
-};
-
-struct GraphExec {
-  std::vector<ExecStep> steps;
-  std::vector<PlanItem> plan;
-  bool planned = false;  // false: (re)made by the next launch (instantiate, updates, enable)
-  unsigned long long flags = 0;
-  // Launches of one exec run one after another, on any streams: each launch
-  // records `done`, and a launch on another stream than the last waits for it.
-  CUevent done = nullptr;
-  uint64_t last_stream = 0;
-  CUstream last_handle = nullptr;  // that stream: the exec's user objects go after its last launch
-  std::map<UserObject*, unsigned> user_objects;  // the graph's, retained at instantiate
-  bool launched = false;
-  uint32_t id = 0;
-};
-
-std::unordered_set<const void*>& live() {  // graphs, nodes and execs
+std::unordered_set<const void*>& live_handles() {
   static auto* s = new std::unordered_set<const void*>;
   return *s;
 }
-uint32_t g_next_id = 1;
-
-GraphExec* live_exec(CUgraphExec h) {
-  auto* x = reinterpret_cast<GraphExec*>(h);
-  return h && live().count(x) ? x : nullptr;
+uint32_t next_graph_id() {
+  static uint32_t next = 1;
+  return next++;
 }
+
 Graph* graph_of(CUgraph h) {
   auto* g = reinterpret_cast<Graph*>(h);
   return live_graph(g) ? g : nullptr;
@@ -66,10 +30,10 @@ Graph* graph_of(CUgraph h) {
 
 void forget(Graph* g) {
   for (auto& n : g->nodes) {
-    live().erase(n.get());
+    live_handles().erase(n.get());
     if (n->work.child) forget(n->work.child.get());
   }
-  live().erase(g);
+  live_handles().erase(g);
 }
 
 Graph* clone_graph(const Graph& from, std::map<const GraphNode*, GraphNode*>* map) {
@@ -89,46 +53,7 @@ Graph* clone_graph(const Graph& from, std::map<const GraphNode*, GraphNode*>* ma
   return g;
 }
 
-// The nodes of `g` with every node after those it depends on, child graphs
-// inlined; false if the edges have a cycle.
-bool flatten(const Graph& g, const GraphNode* top, std::vector<ExecStep>* out) {
-  std::map<const GraphNode*, size_t> waiting;
-  std::map<const GraphNode*, std::vector<const GraphNode*>> after;
-  for (const auto& n : g.nodes) {
-    waiting[n.get()] = n->deps.size();
-    for (const GraphNode* d : n->deps) after[d].push_back(n.get());
-  }
-  std::vector<const GraphNode*> ready;
-  for (auto it = g.nodes.rbegin(); it != g.nodes.rend(); ++it)
-    if ((*it)->deps.empty()) ready.push_back(it->get());
-  std::map<const GraphNode*, size_t> last_step;  // a node's last step in *out
-  size_t done = 0;
-  while (!ready.empty()) {
-    const GraphNode* n = ready.back();
-    ready.pop_back();
-    ++done;
-    std::vector<size_t> deps;
-    for (const GraphNode* d : n->deps) deps.push_back(last_step.at(d));
-    const size_t first = out->size();
-    if (n->work.type == CU_GRAPH_NODE_TYPE_GRAPH) {
-      if (!flatten(*n->work.child, top ? top : n, out)) return false;
-      if (out->size() > first) (*out)[first].deps.insert((*out)[first].deps.end(), deps.begin(), deps.end());
-    }
-    if (out->size() == first) {  // not a child graph, or an empty one
-      ExecStep st;
-      st.top = top ? top : n;
-      st.node = n;
-      st.deps = std::move(deps);
-      st.work = n->work.type == CU_GRAPH_NODE_TYPE_GRAPH ? NodeWork{} : n->work.clone();
-      st.enabled = n->enabled;
-      out->push_back(std::move(st));
-    }
-    last_step[n] = out->size() - 1;
-    for (const GraphNode* a : after[n])
-      if (--waiting[a] == 0) ready.push_back(a);
-  }
-  return done == g.nodes.size();
-}
+namespace {
 
 const char* node_type_name(CUgraphNodeType t) {
   switch (t) {
@@ -143,8 +68,6 @@ const char* node_type_name(CUgraphNodeType t) {
     default: return "OTHER";
   }
 }
-
-CUstream to_stream(ordo::Stream s) { return reinterpret_cast<CUstream>(stream_handle(s)); }
 
 CUresult check_copy(const CUDA_MEMCPY3D& p) {
   for (CUmemorytype t : {p.srcMemoryType, p.dstMemoryType})
@@ -161,6 +84,8 @@ CUresult check_memset(const CUDA_MEMSET_NODE_PARAMS& p) {
     return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
+
+}  // namespace
 
 // The work a generic node's parameters describe (cuGraphAddNode, cuGraphNodeSetParams).
 CUresult work_of(const CUgraphNodeParams* p, NodeWork* w) {
@@ -199,6 +124,8 @@ CUresult work_of(const CUgraphNodeParams* p, NodeWork* w) {
   }
 }
 
+namespace {
+
 CUresult add(CUgraphNode* out, CUgraph h, const CUgraphNode* deps, size_t n, NodeWork w) {
   if (!out || (n && !deps)) return CUDA_ERROR_INVALID_VALUE;
   Graph* g = graph_of(h);
@@ -217,108 +144,6 @@ CUresult add(CUgraphNode* out, CUgraph h, const CUgraphNode* deps, size_t n, Nod
 GraphNode* node_of(CUgraphNode h, CUgraphNodeType type) {
   GraphNode* n = live_node(h);
   return n && n->work.type == type ? n : nullptr;
-}
-
-CUresult instantiate(CUgraphExec* out, CUgraph h, unsigned long long flags, CUgraphNode* err_node) {
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  if (err_node) *err_node = nullptr;
-  constexpr unsigned long long kKnown = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
-                                        CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD | CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH |
-                                        CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
-  if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
-  // Graphs launched by kernels: the device cannot reach the guest's graphs.
-  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) return CUDA_ERROR_NOT_SUPPORTED;
-  auto x = std::make_unique<GraphExec>();
-  {
-    std::lock_guard lock(graph_mutex());
-    const Graph* g = graph_of(h);
-    if (!g) return CUDA_ERROR_INVALID_VALUE;
-    if (!flatten(*g, nullptr, &x->steps)) return CUDA_ERROR_INVALID_VALUE;  // a cycle
-    x->id = g_next_id++;
-    for (auto [o, count] : g->user_objects) retain_user_object(o, count);
-    x->user_objects = g->user_objects;
-  }
-  x->flags = flags;
-  if (CUresult e = cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING); e != CUDA_SUCCESS) return e;
-  std::lock_guard lock(graph_mutex());
-  live().insert(x.get());
-  *out = reinterpret_cast<CUgraphExec>(x.release());
-  return CUDA_SUCCESS;
-}
-
-// Whether `b`'s steps can take the place of `a`'s: the same nodes in the same
-// order with the same edges, each of the same type (cuGraphExecUpdate's rules,
-// in short).
-CUgraphExecUpdateResult same_shape(const std::vector<ExecStep>& a, const std::vector<ExecStep>& b, size_t* at) {
-  if (a.size() != b.size()) {
-    *at = std::min(a.size(), b.size());
-    return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-  }
-  for (size_t i = 0; i < a.size(); ++i) {
-    *at = i;
-    if (a[i].work.type != b[i].work.type) return CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
-    if (a[i].deps != b[i].deps) return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-  }
-  return CU_GRAPH_EXEC_UPDATE_SUCCESS;
-}
-
-CUresult exec_update(CUgraphExec hx, CUgraph h, CUgraphNode* err_node, CUgraphExecUpdateResult* result) {
-  std::lock_guard lock(graph_mutex());
-  GraphExec* x = live_exec(hx);
-  const Graph* g = graph_of(h);
-  if (!x || !g) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<ExecStep> steps;
-  size_t at = 0;
-  CUgraphExecUpdateResult r = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-  if (flatten(*g, nullptr, &steps)) r = same_shape(x->steps, steps, &at);
-  if (result) *result = r;
-  if (r != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
-    if (err_node) *err_node = at < steps.size() ? reinterpret_cast<CUgraphNode>(const_cast<GraphNode*>(steps[at].top)) : nullptr;
-    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-  }
-  if (err_node) *err_node = nullptr;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    x->steps[i].work = std::move(steps[i].work);
-    x->steps[i].enabled = steps[i].enabled;
-  }
-  x->planned = false;
-  return CUDA_SUCCESS;
-}
-
-// Replaces the work of an exec's steps that come from `node` (not a child
-// graph's) with `w`, which must be of the same type.
-CUresult exec_set(CUgraphExec hx, CUgraphNode node, NodeWork w) {
-  std::lock_guard lock(graph_mutex());
-  GraphExec* x = live_exec(hx);
-  const GraphNode* n = live_node(node);
-  if (!x || !n || n->work.type != w.type) return CUDA_ERROR_INVALID_VALUE;
-  for (ExecStep& st : x->steps)
-    if (st.node == n) {
-      st.work = std::move(w);
-      x->planned = false;
-      return CUDA_SUCCESS;
-    }
-  return CUDA_ERROR_INVALID_VALUE;  // not a node of the graph this exec was made from
-}
-
-CUresult exec_set_child(CUgraphExec hx, CUgraphNode node, CUgraph child) {
-  std::lock_guard lock(graph_mutex());
-  GraphExec* x = live_exec(hx);
-  const GraphNode* n = live_node(node);
-  const Graph* g = graph_of(child);
-  if (!x || !n || !g || n->work.type != CU_GRAPH_NODE_TYPE_GRAPH) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<ExecStep> steps;
-  if (!flatten(*g, n, &steps)) return CUDA_ERROR_INVALID_VALUE;
-  auto first = std::find_if(x->steps.begin(), x->steps.end(), [n](const ExecStep& s) { return s.top == n; });
-  const size_t at = size_t(first - x->steps.begin());
-  if (first == x->steps.end() || at + steps.size() > x->steps.size()) return CUDA_ERROR_INVALID_VALUE;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    ExecStep& st = x->steps[at + i];
-    if (st.top != n || st.work.type != steps[i].work.type) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-  }
-  for (size_t i = 0; i < steps.size(); ++i) x->steps[at + i].work = std::move(steps[i].work);
-  x->planned = false;
-  return CUDA_SUCCESS;
 }
 
 template <typename T>
@@ -421,87 +246,6 @@ void kernel_params_out(GraphNode* n, CUfunction* func, CUkernel* kern, unsigned*
   *extra = nullptr;
 }
 
-// Appends `w`'s device work to `out` if the worker can run all of it without
-// the guest: a kernel with a plain launch configuration, a byte-pattern memset
-// or a copy between device allocations. False leaves `out` as it was.
-bool device_steps(ordo::Client* c, const NodeWork& w, GraphStepWriter* out) {
-  switch (w.type) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: {
-      const Function* f = function_of(w.fn);
-      const uint64_t threads = uint64_t{w.block.x} * w.block.y * w.block.z;
-      // What Client::launch would refuse, or check against the device, is left to it.
-      if (!f || threads > 1024 || w.block.z > 64 || w.grid.x > 0x7fffffffu || w.grid.y > 65535 ||
-          w.grid.z > 65535 || w.smem > 48 * 1024 || w.args.size() > kMaxGraphParamBytes)
-        return false;
-      out->kernel({f->id, w.smem, w.grid, w.block, uint32_t(w.args.size()), 0}, w.args.data());
-      return true;
-    }
-    case CU_GRAPH_NODE_TYPE_MEMSET: {
-      const CUDA_MEMSET_NODE_PARAMS& p = w.set;
-      const uint8_t b = uint8_t(p.value);
-      for (unsigned i = 1; i < p.elementSize; ++i)
-        if (uint8_t(p.value >> (8 * i)) != b) return false;
-      const uint64_t row = uint64_t(p.width) * p.elementSize;
-      for (size_t r = 0; r < p.height; ++r)
-        if (!device_allocs().find(p.dst + r * p.pitch, nullptr, nullptr) || mapped_host(c, p.dst + r * p.pitch, row))
-          return false;
-      for (size_t r = 0; r < p.height; ++r) out->memset({p.dst + r * p.pitch, b, row});
-      return true;
-    }
-    case CU_GRAPH_NODE_TYPE_MEMCPY: {
-      const CUDA_MEMCPY3D& p = w.copy;
-      auto device = [](CUmemorytype t) { return t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED; };
-      if (!device(p.srcMemoryType) || !device(p.dstMemoryType)) return false;
-      std::vector<CopyStep> rows;
-      for (size_t z = 0; z < p.Depth; ++z)
-        for (size_t y = 0; y < p.Height; ++y) {
-          const uint64_t src = p.srcDevice + p.srcXInBytes + (p.srcY + y) * p.srcPitch +
-                               (p.srcZ + z) * p.srcHeight * p.srcPitch;
-          const uint64_t dst = p.dstDevice + p.dstXInBytes + (p.dstY + y) * p.dstPitch +
-                               (p.dstZ + z) * p.dstHeight * p.dstPitch;
-          for (uint64_t a : {src, dst})
-            if (!device_allocs().find(a, nullptr, nullptr) || mapped_host(c, a, p.WidthInBytes)) return false;
-          rows.push_back({dst, src, p.WidthInBytes});
-        }
-      for (const CopyStep& r : rows) out->copy(r);
-      return true;
-    }
-    default: return false;
-  }
-}
-
-// The exec's plan: consecutive device steps become one worker graph each;
-// the rest, and device steps the worker would not take, are replayed.
-void make_plan(ordo::Client* c, GraphExec* x) {
-  for (const PlanItem& p : x->plan)
-    if (p.graph) c->graph_destroy(p.graph);
-  x->plan.clear();
-  GraphStepWriter run;
-  std::vector<size_t> in_run;  // the steps in `run`: replayed if the worker does not take it
-  auto flush = [&] {
-    if (in_run.empty()) return;
-    uint32_t id = 0;
-    if (run.bytes().size() <= kMaxGraphBytes && ok(c->graph_create(run.bytes().data(), run.bytes().size(), &id)))
-      x->plan.push_back({id, 0});
-    else
-      for (size_t i : in_run) x->plan.push_back({0, i});
-    run = {};
-    in_run.clear();
-  };
-  for (size_t i = 0; i < x->steps.size(); ++i) {
-    const ExecStep& st = x->steps[i];
-    if (!st.enabled || st.work.type == CU_GRAPH_NODE_TYPE_EMPTY) continue;
-    if (device_steps(c, st.work, &run)) {
-      in_run.push_back(i);
-    } else {
-      flush();
-      x->plan.push_back({0, i});
-    }
-  }
-  flush();
-  x->planned = true;
-}
-
 // The calls of one node type whose parameters are one field of NodeWork:
 // add, get, set, and set in an exec. `Check` refuses bad parameters.
 template <CUgraphNodeType Type, typename P, P NodeWork::*Field, CUresult (*Check)(const P&)>
@@ -580,15 +324,15 @@ GraphNode* add_node(Graph* g, NodeWork work, const std::vector<GraphNode*>& deps
   n->graph = g;
   n->work = std::move(work);
   n->deps = deps;
-  live().insert(n.get());
+  live_handles().insert(n.get());
   g->nodes.push_back(std::move(n));
   return g->nodes.back().get();
 }
 
 Graph* new_graph() {
   auto* g = new Graph;
-  g->id = g_next_id++;
-  live().insert(g);
+  g->id = next_graph_id();
+  live_handles().insert(g);
   return g;
 }
 
@@ -597,118 +341,14 @@ void delete_graph(Graph* g) {
   delete g;
 }
 
-bool live_graph(const Graph* g) { return g && live().count(g); }
+bool live_graph(const Graph* g) { return g && live_handles().count(g); }
 
 GraphNode* live_node(CUgraphNode hn) {
   auto* n = reinterpret_cast<GraphNode*>(hn);
-  return hn && live().count(n) ? n : nullptr;
-}
-
-CUresult run_work(const NodeWork& w, CUstream stream, bool per_thread) {
-  switch (w.type) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: {
-      size_t size = w.args.size();
-      void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::byte*>(w.args.data()),
-                       CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-      return launch_kernel(w.fn, w.grid.x, w.grid.y, w.grid.z, w.block.x, w.block.y, w.block.z, w.smem, stream,
-                           nullptr, extra, per_thread);
-    }
-    case CU_GRAPH_NODE_TYPE_MEMCPY: {
-      const CUDA_MEMCPY3D& p = w.copy;
-      for (size_t z = 0; z < p.Depth; ++z) {
-        CUDA_MEMCPY2D q{};
-        const size_t src_slice = (p.srcZ + z) * p.srcHeight * p.srcPitch;
-        const size_t dst_slice = (p.dstZ + z) * p.dstHeight * p.dstPitch;
-        q.srcXInBytes = p.srcXInBytes, q.srcY = p.srcY, q.srcMemoryType = p.srcMemoryType;
-        q.srcHost = static_cast<const char*>(p.srcHost) + (p.srcHost ? src_slice : 0);
-        q.srcDevice = p.srcDevice + (p.srcDevice ? src_slice : 0);
-        q.srcPitch = p.srcPitch;
-        q.dstXInBytes = p.dstXInBytes, q.dstY = p.dstY, q.dstMemoryType = p.dstMemoryType;
-        q.dstHost = static_cast<char*>(p.dstHost) + (p.dstHost ? dst_slice : 0);
-        q.dstDevice = p.dstDevice + (p.dstDevice ? dst_slice : 0);
-        q.dstPitch = p.dstPitch;
-        q.WidthInBytes = p.WidthInBytes;
-        q.Height = p.Height;
-        if (CUresult e = memcpy_2d_async(&q, stream, per_thread); e != CUDA_SUCCESS) return e;
-      }
-      return CUDA_SUCCESS;
-    }
-    case CU_GRAPH_NODE_TYPE_MEMSET: {
-      const CUDA_MEMSET_NODE_PARAMS& p = w.set;
-      for (size_t row = 0; row < p.height; ++row) {
-        const CUdeviceptr d = p.dst + row * p.pitch;
-        CUresult e = CUDA_SUCCESS;
-        switch (p.elementSize) {
-          case 1: e = memset_d8_async(d, uint8_t(p.value), p.width, stream, per_thread); break;
-          case 2: e = memset_d16_async(d, uint16_t(p.value), p.width, stream, per_thread); break;
-          default: e = memset_d32_async(d, p.value, p.width, stream, per_thread); break;
-        }
-        if (e != CUDA_SUCCESS) return e;
-      }
-      return CUDA_SUCCESS;
-    }
-    case CU_GRAPH_NODE_TYPE_HOST: return launch_host_func(stream, w.host.fn, w.host.userData, per_thread);
-    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return event_record(w.event, stream, per_thread);
-    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return stream_wait_event(stream, w.event, 0, per_thread);
-    default: return CUDA_SUCCESS;  // empty
-  }
+  return hn && live_handles().count(n) ? n : nullptr;
 }
 
 // ================================================================ behind the exports (forwarders.txt)
-
-CUresult graph_launch(CUgraphExec hx, CUstream stream, bool per_thread) {
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  ordo::Stream s;
-  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  GraphExec* x = nullptr;
-  {
-    std::lock_guard lock(graph_mutex());
-    x = live_exec(hx);
-  }
-  if (!x) return CUDA_ERROR_INVALID_VALUE;
-  const uint64_t key = uint64_t(s.generation) << 32 | s.id;
-  // Launched into a capture, the launches are ordered by the graph being captured.
-  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (any_capture()) stream_is_capturing(to_stream(s), &capturing, false);
-  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
-    for (const ExecStep& st : x->steps)
-      if (st.enabled)
-        if (CUresult e = run_work(st.work, to_stream(s), false); e != CUDA_SUCCESS) return e;
-    return CUDA_SUCCESS;
-  }
-  if (x->launched && x->last_stream != key)
-    if (CUresult e = stream_wait_event(to_stream(s), x->done, 0, false); e != CUDA_SUCCESS) return e;
-  if (!x->planned) make_plan(c, x);
-  for (const PlanItem& p : x->plan) {
-    const CUresult e = p.graph ? to_cu(c->graph_launch(p.graph, s)) : run_work(x->steps[p.step].work, to_stream(s), false);
-    if (e != CUDA_SUCCESS) return e;
-  }
-  if (CUresult e = event_record(x->done, to_stream(s), false); e != CUDA_SUCCESS) return e;
-  x->launched = true;
-  x->last_stream = key;
-  x->last_handle = to_stream(s);
-  return CUDA_SUCCESS;
-}
-
-CUresult graph_upload(CUgraphExec hx, CUstream stream, bool per_thread) {
-  ordo::Client* c = nullptr;
-  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  ordo::Stream s;
-  if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  std::lock_guard lock(graph_mutex());
-  return live_exec(hx) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;  // nothing to upload: the guest keeps the exec
-}
-
-CUresult graph_instantiate_with_params(CUgraphExec* out, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p,
-                                       bool per_thread) {
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  CUresult e = instantiate(out, g, p->flags, &p->hErrNode_out);
-  if (e == CUDA_SUCCESS && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD))
-    e = graph_upload(*out, p->hUploadStream, per_thread);
-  p->result_out = e == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
-  return e;
-}
 
 }  // namespace ordo::driver
 
@@ -818,7 +458,7 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hn) {
   if (!n) return CUDA_ERROR_INVALID_VALUE;
   Graph* g = n->graph;
   for (auto& o : g->nodes) o->deps.erase(std::remove(o->deps.begin(), o->deps.end(), n), o->deps.end());
-  live().erase(n);
+  live_handles().erase(n);
   if (n->work.child) forget(n->work.child.get());
   g->nodes.erase(std::find_if(g->nodes.begin(), g->nodes.end(), [n](const auto& p) { return p.get() == n; }));
   return CUDA_SUCCESS;
@@ -860,16 +500,6 @@ CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode hn, CUgraphNodeParams* params)
   if (n->work.child) forget(n->work.child.get());
   n->work = std::move(w);
   return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec x, CUgraphNode hn, CUgraphNodeParams* params) {
-  if (params && params->type == CU_GRAPH_NODE_TYPE_GRAPH) return cuGraphExecChildGraphNodeSetParams(x, hn, params->graph.graph);
-  NodeWork w;
-  {
-    std::lock_guard lock(graph_mutex());
-    if (CUresult e = work_of(params, &w); e != CUDA_SUCCESS) return e;
-  }
-  return exec_set(x, hn, std::move(w));
 }
 
 CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
@@ -932,23 +562,6 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode hn, const CUDA_KERNEL_NO
   return cuGraphKernelNodeSetParams_v2(hn, &v2);
 }
 
-CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec x, CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS* p) {
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  NodeWork w;
-  if (CUresult e = kernel_node_work(p->func ? p->func : reinterpret_cast<CUfunction>(p->kern),
-                                    {p->gridDimX, p->gridDimY, p->gridDimZ}, {p->blockDimX, p->blockDimY, p->blockDimZ},
-                                    p->sharedMemBytes, p->kernelParams, p->extra, &w);
-      e != CUDA_SUCCESS)
-    return e;
-  return exec_set(x, hn, std::move(w));
-}
-CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec x, CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS_v1* p) {
-  if (!p) return CUDA_ERROR_INVALID_VALUE;
-  CUDA_KERNEL_NODE_PARAMS v2{};
-  std::memcpy(&v2, p, sizeof *p);
-  return cuGraphExecKernelNodeSetParams_v2(x, hn, &v2);
-}
-
 CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
                                       const CUDA_MEMCPY3D* p, CUcontext) {
   return CopyNode::add(out, g, deps, n, p);
@@ -1008,10 +621,6 @@ CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hn, CUgraph* out) {
     return CUDA_SUCCESS;
   });
 }
-CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec x, CUgraphNode hn, CUgraph child) {
-  return exec_set_child(x, hn, child);
-}
-
 CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
                                            CUevent e) {
   return RecordNode::add(out, g, deps, n, &e);
@@ -1031,101 +640,6 @@ CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec x, CUgraphNode hn,
 }
 
 // ---------------------------------------------------------------- execs
-
-CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph g, unsigned long long flags) {
-  return instantiate(out, g, flags, nullptr);
-}
-CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* out, CUgraph g, CUgraphNode* err_node, char* log, size_t log_size) {
-  if (log && log_size) log[0] = '\0';
-  return instantiate(out, g, 0, err_node);
-}
-CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* out, CUgraph g, CUgraphNode* err_node, char* log,
-                                       size_t log_size) {
-  return cuGraphInstantiate(out, g, err_node, log, log_size);
-}
-
-CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hx) {
-  GraphExec* x = nullptr;
-  {
-    std::lock_guard lock(graph_mutex());
-    x = live_exec(hx);
-    if (!x) return CUDA_ERROR_INVALID_VALUE;
-    live().erase(x);
-  }
-  // Neither waits for the exec's launches: CUDA lets a launched exec be
-  // destroyed, and its work still runs (Client::graph_destroy, cuEventDestroy).
-  if (ordo::Client* c = attached_client())
-    for (const PlanItem& p : x->plan)
-      if (p.graph) c->graph_destroy(p.graph);
-  cuEventDestroy_v2(x->done);
-  if (!x->user_objects.empty()) {
-    // Released once the last launch ran: its stream's host function, or now.
-    using Held = std::map<UserObject*, unsigned>;
-    auto* held = new Held(std::move(x->user_objects));
-    CUhostFn release = [](void* p) {
-      auto* h = static_cast<Held*>(p);
-      for (auto [o, n] : *h) release_user_object(o, n);
-      delete h;
-    };
-    if (!x->launched || launch_host_func(x->last_handle, release, held, false) != CUDA_SUCCESS) release(held);
-  }
-  delete x;
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec hx, cuuint64_t* flags) {
-  if (!flags) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lock(graph_mutex());
-  const GraphExec* x = live_exec(hx);
-  if (!x) return CUDA_ERROR_INVALID_VALUE;
-  *flags = x->flags;
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec x, CUgraph g, CUgraphExecUpdateResultInfo* info) {
-  if (info) *info = {};
-  CUgraphNode err = nullptr;
-  CUgraphExecUpdateResult r = CU_GRAPH_EXEC_UPDATE_SUCCESS;
-  const CUresult e = exec_update(x, g, &err, &r);
-  if (info) {
-    info->result = r;
-    info->errorNode = err;
-  }
-  return e;
-}
-CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec x, CUgraph g, CUgraphNode* err_node, CUgraphExecUpdateResult* result) {
-  return exec_update(x, g, err_node, result);
-}
-
-CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hx, CUgraphNode hn, unsigned int enabled) {
-  std::lock_guard lock(graph_mutex());
-  GraphExec* x = live_exec(hx);
-  const GraphNode* n = live_node(hn);
-  if (!x || !n) return CUDA_ERROR_INVALID_VALUE;
-  const CUgraphNodeType t = n->work.type;
-  if (t != CU_GRAPH_NODE_TYPE_KERNEL && t != CU_GRAPH_NODE_TYPE_MEMCPY && t != CU_GRAPH_NODE_TYPE_MEMSET)
-    return CUDA_ERROR_INVALID_VALUE;
-  for (ExecStep& st : x->steps)
-    if (st.node == n) {
-      st.enabled = enabled != 0;
-      x->planned = false;
-      return CUDA_SUCCESS;
-    }
-  return CUDA_ERROR_INVALID_VALUE;
-}
-CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hx, CUgraphNode hn, unsigned int* enabled) {
-  if (!enabled) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lock(graph_mutex());
-  const GraphExec* x = live_exec(hx);
-  const GraphNode* n = live_node(hn);
-  if (!x || !n) return CUDA_ERROR_INVALID_VALUE;
-  for (const ExecStep& st : x->steps)
-    if (st.node == n) {
-      *enabled = st.enabled;
-      return CUDA_SUCCESS;
-    }
-  return CUDA_ERROR_INVALID_VALUE;
-}
 
 // ---------------------------------------------------------------- kernel node attributes, debugging
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <unordered_set>
 #include <vector>
 
 namespace ordo::driver {
@@ -70,6 +71,19 @@ void release_user_object(UserObject* o, unsigned count);
 // Graphs, nodes, execs and captures are guarded by one lock: none of them is
 // on a hot path (a launch replays an exec without it).
 std::mutex& graph_mutex();
+
+// Under graph_mutex(): the live graphs, nodes and execs, which every handle
+// is checked against, and the ids graphs and execs are numbered by.
+std::unordered_set<const void*>& live_handles();
+uint32_t next_graph_id();
+Graph* graph_of(CUgraph h);  // null if not a live graph
+void forget(Graph* g);       // g and its nodes (child graphs too) are no longer live
+// A live copy of `from`; *map (optional) takes each node to its copy.
+Graph* clone_graph(const Graph& from, std::map<const GraphNode*, GraphNode*>* map);
+// The work a generic node's parameters describe (cuGraphAddNode, cuGraphNodeSetParams).
+CUresult work_of(const CUgraphNodeParams* p, NodeWork* w);
+// Replaces the work of an exec's steps that come from `node` (exec.cc).
+CUresult exec_set(CUgraphExec x, CUgraphNode node, NodeWork w);
 
 // Under graph_mutex(): a new node of `g` with `deps`, all of g's.
 GraphNode* add_node(Graph* g, NodeWork work, const std::vector<GraphNode*>& deps);
