@@ -29,7 +29,7 @@ Core::Core(std::unique_ptr<Region> region, ClientOptions options, uint64_t sessi
       memory(threads, waits, heap, pool),
       copies(session, threads, streams, producer, staging, pool, heap),
       kernels(threads, streams, producer, staging, waits, devices, memory, heap),
-      graphs(threads, streams, memory, heap),
+      graphs(threads, streams, producer, memory, heap),
       host_functions(session, threads, streams, producer, memory) {
   threads.set_streams(&streams);
 }

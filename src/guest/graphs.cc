@@ -25,13 +25,20 @@ Status Graphs::create(const void* steps, uint64_t size, uint32_t* graph) {
 }
 
 Status Graphs::launch(uint32_t graph, Stream s) {
+  ThreadState& t = threads_.current();
+  Bound b;
+  if (!streams_.bind(s, &b)) return threads_.finish(t, Status::kInvalidResourceHandle);
+  std::lock_guard ring(b.g->mu);
   {
+    // Counted only for an entry that is pushed, and before it is: the
+    // worker keeps the graph for exactly the launches a destroy names.
     std::lock_guard lock(mu_);
     auto it = launches_.find(graph);
-    if (it == launches_.end()) return threads_.finish(threads_.current(), Status::kInvalidResourceHandle);
-    ++it->second;  // counted before the entry exists: destroy cannot outrun it
+    if (it == launches_.end()) return threads_.finish(t, Status::kInvalidResourceHandle);
+    ++it->second;
   }
-  return streams_.stream_op(s, make_entry<Op::GraphLaunch>({.graph = graph}));
+  producer_.push(t, *b.g, b.s, make_entry<Op::GraphLaunch>({.graph = graph}));
+  return threads_.finish_async(t);
 }
 
 Status Graphs::destroy(uint32_t graph) {

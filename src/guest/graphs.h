@@ -10,6 +10,7 @@
 
 #include "guest/memory.h"
 #include "guest/pinned_heap.h"
+#include "guest/ring_producer.h"
 #include "guest/streams.h"
 #include "guest/threads.h"
 
@@ -17,8 +18,8 @@ namespace ordo::guest {
 
 class Graphs {
  public:
-  Graphs(Threads& threads, Streams& streams, Memory& memory, PinnedHeap& heap)
-      : threads_(threads), streams_(streams), memory_(memory), heap_(heap) {}
+  Graphs(Threads& threads, Streams& streams, RingProducer& producer, Memory& memory, PinnedHeap& heap)
+      : threads_(threads), streams_(streams), producer_(producer), memory_(memory), heap_(heap) {}
 
   Status create(const void* steps, uint64_t size, uint32_t* graph);
   Status launch(uint32_t graph, Stream s);
@@ -29,10 +30,11 @@ class Graphs {
  private:
   Threads& threads_;
   Streams& streams_;
+  RingProducer& producer_;
   Memory& memory_;
   PinnedHeap& heap_;
   std::mutex mu_;
-  std::map<uint32_t, uint64_t> launches_;  // live graphs: the GraphLaunch entries issued
+  std::map<uint32_t, uint64_t> launches_;  // live graphs: the GraphLaunch entries pushed
 };
 
 }  // namespace ordo::guest

@@ -24,7 +24,7 @@ bool parse_graph_steps(std::span<const std::byte> bytes, std::vector<GraphStep>*
           return *why = "kernel step's argument size disagrees with its step size", false;
         for (uint32_t d : {k.grid.x, k.grid.y, k.grid.z, k.block.x, k.block.y, k.block.z})
           if (d == 0) return *why = "kernel step with a zero grid or block dimension", false;
-        st.args = &bytes[at + sizeof k];
+        st.args = bytes.data() + at + sizeof k;
         break;
       }
       case StepKind::kMemset:

@@ -351,8 +351,9 @@ void explicit_graph() {
   CHECK(cudaFree(dev));
 }
 
-// Launches of one exec on two streams run one after the other, as CUDA orders
-// them: the second launch's add sees the first's.
+// Launches of one exec on three streams (the default stream one of them) run
+// one after the other, as CUDA orders them: each launch's add sees the last's.
+// The exec outlives its graph; a node of another graph names nothing in it.
 void exec_launches_in_order() {
   int* dev;
   CHECK(cudaMalloc(&dev, kBytes));
@@ -366,13 +367,27 @@ void exec_launches_in_order() {
   CHECK(cudaStreamEndCapture(s1, &g));
   cudaGraphExec_t x;
   CHECK(cudaGraphInstantiate(&x, g, 0));
-  for (int i = 0; i < 20; ++i) CHECK(cudaGraphLaunch(x, i % 2 ? s2 : s1));
+  CHECK(cudaGraphDestroy(g));
+  for (int i = 0; i < 21; ++i) CHECK(cudaGraphLaunch(x, i % 3 == 0 ? cudaStream_t(0) : i % 3 == 1 ? s1 : s2));
   CHECK(cudaDeviceSynchronize());
   std::vector<int> out(kN);
   CHECK(cudaMemcpy(out.data(), dev, kBytes, cudaMemcpyDeviceToHost));
-  EXPECT(all_equal(out.data(), 20, 0));
+  EXPECT(all_equal(out.data(), 21, 0));
+  cudaGraph_t other;
+  CHECK(cudaGraphCreate(&other, 0));
+  int n = kN, v = 1;
+  void* args[] = {&dev, &n, &v};
+  cudaKernelNodeParams kp = {};
+  kp.func = reinterpret_cast<void*>(add);
+  kp.gridDim = dim3(1);
+  kp.blockDim = dim3(kN);
+  kp.kernelParams = args;
+  cudaGraphNode_t stranger;
+  CHECK(cudaGraphAddKernelNode(&stranger, other, nullptr, 0, &kp));
+  EXPECT(cudaGraphExecKernelNodeSetParams(x, stranger, &kp) != cudaSuccess);
+  cudaGetLastError();
+  CHECK(cudaGraphDestroy(other));
   CHECK(cudaGraphExecDestroy(x));
-  CHECK(cudaGraphDestroy(g));
   CHECK(cudaStreamDestroy(s1));
   CHECK(cudaStreamDestroy(s2));
   CHECK(cudaFree(dev));

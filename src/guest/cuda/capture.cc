@@ -232,6 +232,30 @@ bool capture_stream_wait(ordo::Client* c, ordo::Stream s, CUevent e, unsigned fl
   return true;
 }
 
+bool capture_refuses_legacy(ordo::Client* c, ordo::Stream s, CUresult* r) {
+  std::lock_guard lock(graph_mutex());
+  return legacy_conflict(c, s, r);
+}
+
+void capture_stream_destroyed(ordo::Stream s) {
+  std::lock_guard lock(graph_mutex());
+  Capture* cap = capture_of(s);
+  if (!cap) return;
+  if (cap->origin != key(s)) {
+    // A joined stream: what it captured stays in the graph; the end still needs its join.
+    cap->invalidated = true;
+    return;
+  }
+  end(cap);
+  if (cap->owns_graph) delete_graph(cap->graph);
+  delete cap;
+}
+
+void capture_event_destroyed(CUevent e) {
+  std::lock_guard lock(graph_mutex());
+  captured_events().erase(reinterpret_cast<uintptr_t>(e));
+}
+
 bool capture_forbids_wait(ordo::Client* c, ordo::Stream s, CUresult* r) {
   std::lock_guard lock(graph_mutex());
   if (legacy_conflict(c, s, r)) return true;

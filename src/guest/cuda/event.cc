@@ -58,6 +58,7 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent event) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
+  if (any_capture()) capture_event_destroyed(event);
   return to_cu(c->event_destroy(to_event(event)));
 }
 

@@ -15,9 +15,12 @@ namespace ordo::driver {
 
 namespace {
 
+// Nodes are named by serial (GraphNode::serial): the graph an exec was made
+// from may be gone, and its nodes' addresses reused.
 struct ExecStep {
-  const GraphNode* top = nullptr;   // the node of the instantiated graph it comes from
-  const GraphNode* node = nullptr;  // itself, or the node of a child graph inside `top`
+  uint64_t top = 0;   // the node of the instantiated graph it comes from
+  uint64_t node = 0;  // itself, or the node of a child graph inside `top`
+  const GraphNode* report = nullptr;  // `top`, for an update's error node (while that graph lives)
   std::vector<size_t> deps;         // steps it follows, for cuGraphExecUpdate's topology check
   NodeWork work;
   bool enabled = true;
@@ -77,8 +80,9 @@ bool flatten(const Graph& g, const GraphNode* top, std::vector<ExecStep>* out) {
     }
     if (out->size() == first) {  // not a child graph, or an empty one
       ExecStep st;
-      st.top = top ? top : n;
-      st.node = n;
+      st.report = top ? top : n;
+      st.top = st.report->serial;
+      st.node = n->serial;
       st.deps = std::move(deps);
       st.work = n->work.type == CU_GRAPH_NODE_TYPE_GRAPH ? NodeWork{} : n->work.clone();
       st.enabled = n->enabled;
@@ -91,7 +95,10 @@ bool flatten(const Graph& g, const GraphNode* top, std::vector<ExecStep>* out) {
   return done == g.nodes.size();
 }
 
-CUstream to_stream(ordo::Stream s) { return reinterpret_cast<CUstream>(stream_handle(s)); }
+// The handle that names `s` again: the legacy stream has one of its own.
+CUstream to_stream(ordo::Stream s) {
+  return reinterpret_cast<CUstream>(s.id == ordo::kLegacyStreamId ? kLegacyHandle : stream_handle(s));
+}
 
 CUresult instantiate(CUgraphExec* out, CUgraph h, unsigned long long flags, CUgraphNode* err_node) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
@@ -109,8 +116,16 @@ CUresult instantiate(CUgraphExec* out, CUgraph h, unsigned long long flags, CUgr
     if (!g) return CUDA_ERROR_INVALID_VALUE;
     if (!flatten(*g, nullptr, &x->steps)) return CUDA_ERROR_INVALID_VALUE;  // a cycle
     x->id = next_graph_id();
-    for (auto [o, count] : g->user_objects) retain_user_object(o, count);
-    x->user_objects = g->user_objects;
+    // The graph's user objects, its child graphs' too: the exec outlives them.
+    auto hold = [&x](const Graph& graph, auto& self) -> void {
+      for (auto [o, count] : graph.user_objects) {
+        retain_user_object(o, count);
+        x->user_objects[o] += count;
+      }
+      for (const auto& n : graph.nodes)
+        if (n->work.child) self(*n->work.child, self);
+    };
+    hold(*g, hold);
   }
   x->flags = flags;
   if (CUresult e = cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING); e != CUDA_SUCCESS) return e;
@@ -147,7 +162,7 @@ CUresult exec_update(CUgraphExec hx, CUgraph h, CUgraphNode* err_node, CUgraphEx
   if (flatten(*g, nullptr, &steps)) r = same_shape(x->steps, steps, &at);
   if (result) *result = r;
   if (r != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
-    if (err_node) *err_node = at < steps.size() ? reinterpret_cast<CUgraphNode>(const_cast<GraphNode*>(steps[at].top)) : nullptr;
+    if (err_node) *err_node = at < steps.size() ? reinterpret_cast<CUgraphNode>(const_cast<GraphNode*>(steps[at].report)) : nullptr;
     return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
   }
   if (err_node) *err_node = nullptr;
@@ -167,12 +182,14 @@ CUresult exec_set_child(CUgraphExec hx, CUgraphNode node, CUgraph child) {
   if (!x || !n || !g || n->work.type != CU_GRAPH_NODE_TYPE_GRAPH) return CUDA_ERROR_INVALID_VALUE;
   std::vector<ExecStep> steps;
   if (!flatten(*g, n, &steps)) return CUDA_ERROR_INVALID_VALUE;
-  auto first = std::find_if(x->steps.begin(), x->steps.end(), [n](const ExecStep& s) { return s.top == n; });
+  auto first = std::find_if(x->steps.begin(), x->steps.end(), [n](const ExecStep& s) { return s.top == n->serial; });
   const size_t at = size_t(first - x->steps.begin());
-  if (first == x->steps.end() || at + steps.size() > x->steps.size()) return CUDA_ERROR_INVALID_VALUE;
+  if (first == x->steps.end()) return CUDA_ERROR_INVALID_VALUE;
+  const size_t had = size_t(std::count_if(x->steps.begin(), x->steps.end(), [n](const ExecStep& s) { return s.top == n->serial; }));
+  if (had != steps.size()) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;  // another shape
   for (size_t i = 0; i < steps.size(); ++i) {
     ExecStep& st = x->steps[at + i];
-    if (st.top != n || st.work.type != steps[i].work.type) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    if (st.top != n->serial || st.work.type != steps[i].work.type) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
   }
   for (size_t i = 0; i < steps.size(); ++i) x->steps[at + i].work = std::move(steps[i].work);
   x->planned = false;
@@ -270,7 +287,7 @@ CUresult exec_set(CUgraphExec hx, CUgraphNode node, NodeWork w) {
   const GraphNode* n = live_node(node);
   if (!x || !n || n->work.type != w.type) return CUDA_ERROR_INVALID_VALUE;
   for (ExecStep& st : x->steps)
-    if (st.node == n) {
+    if (st.node == n->serial) {
       st.work = std::move(w);
       x->planned = false;
       return CUDA_SUCCESS;
@@ -340,14 +357,18 @@ CUresult graph_launch(CUgraphExec hx, CUstream stream, bool per_thread) {
   }
   if (!x) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t key = uint64_t(s.generation) << 32 | s.id;
-  // Launched into a capture, the launches are ordered by the graph being captured.
-  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (any_capture()) stream_is_capturing(to_stream(s), &capturing, false);
-  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
+  if (any_capture()) {
+    // Launched into a capture, its nodes become the capture's (in an order
+    // their edges allow), and the graph being captured orders its launches.
+    CUresult r = CUDA_SUCCESS;
+    if (capture_refuses_legacy(c, s, &r)) return r;
+    bool captured = false;
     for (const ExecStep& st : x->steps)
-      if (st.enabled)
-        if (CUresult e = run_work(st.work, to_stream(s), false); e != CUDA_SUCCESS) return e;
-    return CUDA_SUCCESS;
+      if (st.enabled && capture_work(c, s, st.work.clone(), &r)) {
+        captured = true;
+        if (r != CUDA_SUCCESS) return r;
+      }
+    if (captured) return CUDA_SUCCESS;
   }
   if (x->launched && x->last_stream != key)
     if (CUresult e = stream_wait_event(to_stream(s), x->done, 0, false); e != CUDA_SUCCESS) return e;
@@ -493,7 +514,7 @@ CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hx, CUgraphNode hn, unsigned 
   if (t != CU_GRAPH_NODE_TYPE_KERNEL && t != CU_GRAPH_NODE_TYPE_MEMCPY && t != CU_GRAPH_NODE_TYPE_MEMSET)
     return CUDA_ERROR_INVALID_VALUE;
   for (ExecStep& st : x->steps)
-    if (st.node == n) {
+    if (st.node == n->serial) {
       st.enabled = enabled != 0;
       x->planned = false;
       return CUDA_SUCCESS;
@@ -507,7 +528,7 @@ CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hx, CUgraphNode hn, unsigned 
   const GraphNode* n = live_node(hn);
   if (!x || !n) return CUDA_ERROR_INVALID_VALUE;
   for (const ExecStep& st : x->steps)
-    if (st.node == n) {
+    if (st.node == n->serial) {
       *enabled = st.enabled;
       return CUDA_SUCCESS;
     }

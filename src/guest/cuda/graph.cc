@@ -185,6 +185,7 @@ CUresult edges(CUgraph hg, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* 
 }
 
 CUresult neighbours(CUgraphNode hn, bool dependents, CUgraphNode* out, CUgraphEdgeData* data, size_t* n) {
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(graph_mutex());
   const GraphNode* x = live_node(hn);
   if (!x) return CUDA_ERROR_INVALID_VALUE;
@@ -320,8 +321,10 @@ NodeWork NodeWork::clone() const {
 }
 
 GraphNode* add_node(Graph* g, NodeWork work, const std::vector<GraphNode*>& deps) {
+  static uint64_t serials = 0;  // under graph_mutex()
   auto n = std::make_unique<GraphNode>();
   n->graph = g;
+  n->serial = ++serials;
   n->work = std::move(work);
   n->deps = deps;
   live_handles().insert(n.get());
@@ -498,6 +501,7 @@ CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode hn, CUgraphNodeParams* params)
   if (CUresult e = work_of(params, &w); e != CUDA_SUCCESS) return e;
   if (w.type != n->work.type) return CUDA_ERROR_INVALID_VALUE;
   if (n->work.child) forget(n->work.child.get());
+  w.attrs = std::move(n->work.attrs);
   n->work = std::move(w);
   return CUDA_SUCCESS;
 }
@@ -551,6 +555,7 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hn, const CUDA_KERNEL
       e != CUDA_SUCCESS)
     return e;
   return with_node(hn, CU_GRAPH_NODE_TYPE_KERNEL, [&w](GraphNode* n) {
+    w.attrs = std::move(n->work.attrs);  // new parameters, the same attributes
     n->work = std::move(w);
     return CUDA_SUCCESS;
   });

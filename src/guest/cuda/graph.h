@@ -44,6 +44,7 @@ struct NodeWork {
 
 struct GraphNode {
   Graph* graph = nullptr;
+  uint64_t serial = 0;  // unique for the process: execs name nodes by it (an address may be reused)
   NodeWork work;
   std::vector<GraphNode*> deps;  // edges into this node
   bool enabled = true;
@@ -120,6 +121,14 @@ bool capture_work(ordo::Client* c, ordo::Stream s, NodeWork&& w, CUresult* r);
 // edges, not nodes (fork and join). Same contract as capture_work.
 bool capture_event_record(ordo::Client* c, ordo::Stream s, CUevent e, CUresult* r);
 bool capture_stream_wait(ordo::Client* c, ordo::Stream s, CUevent e, unsigned flags, CUresult* r);
+// Work on the legacy stream `s` while a blocking stream of its device
+// captures: true with *r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, the captures
+// invalidated (what capture_work does first).
+bool capture_refuses_legacy(ordo::Client* c, ordo::Stream s, CUresult* r);
+// A stream or event going away: a capture forgets it (an origin's capture ends
+// invalidated, its graph with it).
+void capture_stream_destroyed(ordo::Stream s);
+void capture_event_destroyed(CUevent e);
 // A call that waits for `s` (stream synchronize or query, a synchronous copy):
 // true with *r the error if capture forbids it.
 bool capture_forbids_wait(ordo::Client* c, ordo::Stream s, CUresult* r);

@@ -205,6 +205,7 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
   if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
   ordo::Stream s;
   if (!from_handle(c, stream, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (any_capture()) capture_stream_destroyed(s);
   return to_cu(c->stream_destroy(s));
 }
 
