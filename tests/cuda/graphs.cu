@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "common.cuh"
@@ -221,6 +222,52 @@ void capture_forbidden() {
 
   CHECK(cudaStreamDestroy(blocking));
   CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(dev));
+}
+
+// A capture that another thread's work joins: thread B waits on the fork
+// event, launches on its own stream (which joins the capture) and records the
+// join; the origin's thread ends the capture. B's kernel is in the graph and
+// runs between the fork and the join at every launch.
+void capture_across_threads() {
+  int* dev;
+  CHECK(cudaMalloc(&dev, kBytes));
+  cudaStream_t origin, other;
+  CHECK(cudaStreamCreateWithFlags(&origin, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  cudaEvent_t fork, join;
+  CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
+  fill<<<1, kN, 0, origin>>>(dev, kN, 1);
+  CHECK(cudaEventRecord(fork, origin));
+  std::thread b([&] {
+    CHECK(cudaStreamWaitEvent(other, fork, 0));
+    add<<<1, kN, 0, other>>>(dev, kN, 100);
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(join, other));
+  });
+  b.join();
+  CHECK(cudaStreamWaitEvent(origin, join, 0));
+  add<<<1, kN, 0, origin>>>(dev, kN, 10000);
+  cudaGraph_t g;
+  CHECK(cudaStreamEndCapture(origin, &g));
+  EXPECT(node_count(g) == 3);
+  cudaGraphExec_t x;
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  std::vector<int> out(kN);
+  for (int round = 0; round < 2; ++round) {
+    CHECK(cudaGraphLaunch(x, other));
+    CHECK(cudaMemcpyAsync(out.data(), dev, kBytes, cudaMemcpyDeviceToHost, other));
+    CHECK(cudaStreamSynchronize(other));
+    EXPECT(all_equal(out.data(), 10101, 1));
+  }
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaEventDestroy(fork));
+  CHECK(cudaEventDestroy(join));
+  CHECK(cudaStreamDestroy(origin));
+  CHECK(cudaStreamDestroy(other));
   CHECK(cudaFree(dev));
 }
 
@@ -454,6 +501,7 @@ void user_objects_and_attributes() {
 int main() {
   capture_one_stream();
   capture_fork_join();
+  capture_across_threads();
   capture_forbidden();
   explicit_graph();
   exec_launches_in_order();
