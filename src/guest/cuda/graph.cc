@@ -243,8 +243,19 @@ void kernel_params_out(GraphNode* n, CUfunction* func, CUkernel* kern, unsigned*
   b[0] = n->work.block.x, b[1] = n->work.block.y, b[2] = n->work.block.z;
   *smem = n->work.smem;
   kernel_arg_pointers(n);
-  *params = n->arg_ptrs.empty() && !n->work.args.empty() ? nullptr : n->arg_ptrs.data();
+  *params = nullptr;
   *extra = nullptr;
+  if (!n->arg_ptrs.empty() || n->work.args.empty()) {
+    *params = n->arg_ptrs.data();
+  } else {
+    n->extra_size = n->work.args.size();
+    n->extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+    n->extra[1] = n->work.args.data();
+    n->extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+    n->extra[3] = &n->extra_size;
+    n->extra[4] = CU_LAUNCH_PARAM_END;
+    *extra = n->extra;
+  }
 }
 
 // The calls of one node type whose parameters are one field of NodeWork:

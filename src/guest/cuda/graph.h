@@ -50,8 +50,11 @@ struct GraphNode {
   bool enabled = true;
   // The node this one was cloned from (cuGraphNodeFindInClone), or null.
   const GraphNode* origin = nullptr;
-  // cuGraphKernelNodeGetParams hands out pointers to each argument.
+  // cuGraphKernelNodeGetParams hands out pointers to each argument, or, for
+  // a kernel with no parameter layout, the packed bytes as `extra` describes them.
   std::vector<void*> arg_ptrs;
+  void* extra[5] = {};
+  size_t extra_size = 0;
 };
 
 struct UserObject;  // user_object.cc
