@@ -45,14 +45,15 @@ class RecordingBackend : public NullBackend {
     std::lock_guard lock(mu_);
     return calls_;
   }
-  // While held, a module load waits in the backend (a long JIT compile).
+  // While held, a module load (a long JIT compile) and a free (cudaFree waits
+  // for the device) wait in the backend.
   Status module_load(uint32_t module, std::span<const std::byte> image) override {
-    std::unique_lock lock(mu_);
-    loading_ = true;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return !hold_loads_; });
-    loading_ = false;
+    hold_here();
     return NullBackend::module_load(module, image);
+  }
+  Status free(uint64_t addr) override {
+    hold_here();
+    return NullBackend::free(addr);
   }
   void hold_loads(bool hold) {
     std::lock_guard lock(mu_);
@@ -70,6 +71,14 @@ class RecordingBackend : public NullBackend {
   }
 
  private:
+  void hold_here() {
+    std::unique_lock lock(mu_);
+    loading_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !hold_loads_; });
+    loading_ = false;
+  }
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Call> calls_;
@@ -157,13 +166,17 @@ TEST(DispatchThreads, ControlWithoutEdgesTheWaitingStreamOvertakes) {
 
 // A session ends and a new one attaches while the other threads are parked
 // or busy: every ring starts again at 0 on every thread.
-// A module load (a JIT compile, seconds on a GPU) runs off the dispatch
-// threads: meanwhile every ring, the legacy stream's too, and every other
-// thread's sync calls are served. Without that, the calls below wait for the
-// watchdog's release and find the load gone.
-void long_module_load_holds_nothing(uint32_t dispatch_threads) {
+// A module load (a JIT compile, seconds on a GPU) and a free (cudaFree waits
+// for the device) run off the dispatch threads: meanwhile every ring, the
+// legacy stream's too, and every other thread's sync calls are served.
+// Without that, the calls below wait for the watchdog's release and find the
+// call gone.
+enum class Long { kModuleLoad, kFree };
+void long_call_holds_nothing(uint32_t dispatch_threads, Long what) {
   Session s(dispatch_threads);
   Client& c = *s.client;
+  uint64_t dev = 0;
+  ASSERT_EQ(c.malloc(&dev, 4096), Status::kSuccess);
   s.backend->hold_loads(true);
   std::atomic<bool> done{false};
   std::thread watchdog([&] {
@@ -174,7 +187,7 @@ void long_module_load_holds_nothing(uint32_t dispatch_threads) {
   Status loaded = Status::kNotReady;
   std::thread loader([&] {
     const std::vector<std::byte> image(4096, std::byte{0x7f});
-    loaded = c.module_load(image.data(), image.size(), &module);
+    loaded = what == Long::kModuleLoad ? c.module_load(image.data(), image.size(), &module) : c.free(dev);
   });
   ASSERT_TRUE(s.backend->wait_loading(std::chrono::seconds(10)));
   Stream other;
@@ -188,19 +201,26 @@ void long_module_load_holds_nothing(uint32_t dispatch_threads) {
   ASSERT_EQ(c.event_create(&e), Status::kSuccess);
   ASSERT_EQ(c.event_record(e, kLegacyStream), Status::kSuccess);
   ASSERT_EQ(c.event_synchronize(e), Status::kSuccess);
-  EXPECT_TRUE(s.backend->loading()) << "the calls above waited for the module load";
+  EXPECT_TRUE(s.backend->loading()) << "the calls above waited for the long call";
   done = true;
   s.backend->hold_loads(false);
   loader.join();
   watchdog.join();
   ASSERT_EQ(loaded, Status::kSuccess);
+  if (what == Long::kFree) {
+    EXPECT_EQ(c.free(dev), Status::kInvalidDevicePointer) << "freed once, and only once";
+    return;
+  }
   uint32_t kernel = 0;
   EXPECT_EQ(c.kernel_lookup(module, "k", &kernel), Status::kSuccess) << "the loaded module is the session's";
   EXPECT_EQ(c.module_unload(module), Status::kSuccess);
+  EXPECT_EQ(c.free(dev), Status::kSuccess);
 }
 
-TEST(DispatchThreads, ALongModuleLoadHoldsNoStreamOneThread) { long_module_load_holds_nothing(1); }
-TEST(DispatchThreads, ALongModuleLoadHoldsNoStreamThreeThreads) { long_module_load_holds_nothing(3); }
+TEST(DispatchThreads, ALongModuleLoadHoldsNoStreamOneThread) { long_call_holds_nothing(1, Long::kModuleLoad); }
+TEST(DispatchThreads, ALongModuleLoadHoldsNoStreamThreeThreads) { long_call_holds_nothing(3, Long::kModuleLoad); }
+TEST(DispatchThreads, ALongFreeHoldsNoStreamOneThread) { long_call_holds_nothing(1, Long::kFree); }
+TEST(DispatchThreads, ALongFreeHoldsNoStreamThreeThreads) { long_call_holds_nothing(3, Long::kFree); }
 
 TEST(DispatchThreads, SessionsComeAndGo) {
   auto b = std::make_unique<RecordingBackend>();

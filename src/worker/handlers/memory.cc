@@ -81,7 +81,10 @@ void Worker::op_Free(const SlotCall& c) {
     allocations_.erase(it);
     counters_.allocations.store(allocations_.size(), std::memory_order_relaxed);
   }
-  reply(c, backend_.free(a.addr));
+  // cudaFree waits for the device: off the dispatch threads, as a module load,
+  // so that it holds none of their rings. The range is out of the table
+  // already, so no later copy or memset can use it meanwhile.
+  side_.post([this, addr = a.addr, done = deferred_result(c.slot, c.seq)] { done(backend_.free(addr), 0); });
 }
 
 void Worker::op_PeerAccess(const SlotCall& c) {

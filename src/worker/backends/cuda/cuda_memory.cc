@@ -58,11 +58,16 @@ Status CudaBackend::malloc(uint32_t device, uint64_t size, uint64_t* device_addr
 
 Status CudaBackend::free(uint64_t device_addr) {
   if (device_addr == 0) return Status::kSuccess;  // like cudaFree(nullptr)
-  std::lock_guard lk(mu_);
-  auto it = allocs_.find(device_addr);
-  if (it == allocs_.end()) return Status::kInvalidDevicePointer;  // only what malloc returned, and only once
-  const uint32_t d = it->second.device;
-  allocs_.erase(it);
+  uint32_t d = 0;
+  {
+    // Not held across cudaFree, which waits for the device: other threads'
+    // copies check their operands under mu_ meanwhile (and no longer find this one).
+    std::lock_guard lk(mu_);
+    auto it = allocs_.find(device_addr);
+    if (it == allocs_.end()) return Status::kInvalidDevicePointer;  // only what malloc returned, and only once
+    d = it->second.device;
+    allocs_.erase(it);
+  }
   bind(d);
   return to_status(cudaFree(reinterpret_cast<void*>(uintptr_t(device_addr))));
 }
