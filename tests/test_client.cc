@@ -13,6 +13,7 @@
 #include "guest/testing.h"
 #include "harness.h"
 #include "ordo/sim.h"
+#include "transport/launch_shape.h"
 
 namespace ordo::test {
 namespace {
@@ -175,6 +176,41 @@ TEST(Client, KernelLaunchFillsMemory) {
   ASSERT_EQ(c->launch(fill, {4}, {256}, &a, offsetof(sim::FillU32Args, pad), kLegacyStream), Status::kSuccess);
   ASSERT_EQ(c->memcpy_d2h(out.data(), d, 4096), Status::kSuccess);
   for (uint32_t v : out) ASSERT_EQ(v, 0x5150u);
+}
+
+// Cluster and cooperative launches (LaunchShape in the entry's flags): a
+// cluster that tiles the grid runs the whole grid; a cooperative grid larger
+// than the device holds at once fails in stream order with CUDA's error, and
+// the stream goes on.
+TEST(Client, ClusterAndCooperativeLaunches) {
+  InProcessWorker w;
+  auto c = w.attach();
+  const uint32_t fill = kernel(*c, "ordo_fill_u32");
+  uint64_t d = 0;
+  ASSERT_EQ(c->malloc(&d, 1024 * 4), Status::kSuccess);
+  Stream s;
+  ASSERT_EQ(c->stream_create(&s), Status::kSuccess);
+  std::vector<uint32_t> out(1024);
+  uint32_t value = 1;
+  for (LaunchShape shape : {LaunchShape{{2, 1, 1}, false}, LaunchShape{{4, 1, 1}, true}, LaunchShape{{1, 1, 1}, true}}) {
+    sim::FillU32Args a{d, 1024, ++value, 0};
+    ASSERT_EQ(c->launch(fill, {4}, {256}, &a, sizeof a, s, 0, shape.flags()), Status::kSuccess);
+    ASSERT_EQ(c->stream_synchronize(s), Status::kSuccess);
+    ASSERT_EQ(c->memcpy_d2h(out.data(), d, 4096), Status::kSuccess);
+    for (uint32_t v : out) ASSERT_EQ(v, value);
+  }
+  sim::FillU32Args a{d, 1024, 99, 0};
+  ASSERT_EQ(c->launch(fill, {1u << 20}, {1024}, &a, sizeof a, s, 0, LaunchShape{{1, 1, 1}, true}.flags()),
+            Status::kSuccess);
+  EXPECT_EQ(c->stream_synchronize(s), Status::kCooperativeLaunchTooLarge);
+  ASSERT_EQ(c->memcpy_d2h(out.data(), d, 4096), Status::kSuccess);
+  for (uint32_t v : out) ASSERT_EQ(v, value) << "the refused launch ran";
+  ASSERT_EQ(c->launch(fill, {4}, {256}, &a, sizeof a, s, 0, LaunchShape{{2, 1, 1}, false}.flags()), Status::kSuccess);
+  ASSERT_EQ(c->stream_synchronize(s), Status::kSuccess);
+  ASSERT_EQ(c->memcpy_d2h(out.data(), d, 4096), Status::kSuccess);
+  for (uint32_t v : out) ASSERT_EQ(v, 99u);
+  EXPECT_EQ(c->stream_destroy(s), Status::kSuccess);
+  EXPECT_EQ(c->free(d), Status::kSuccess);
 }
 
 // Mapped pinned memory: a kernel takes a pinned pointer as a device pointer

@@ -20,6 +20,7 @@ GraphStepWriter sample() {
   w.memset({0x1000, 0xab, 4096});
   w.copy({0x2000, 0x3000, 77});
   w.kernel({8, 0, {1, 1, 1}, {1, 1, 1}, 0, 0}, nullptr);
+  w.kernel({9, 0, {2, 3, 4}, {1, 1, 1}, 0, LaunchShape{{2, 1, 4}, true}.flags()}, nullptr);
   return w;
 }
 
@@ -28,8 +29,8 @@ TEST(GraphSteps, WhatTheWriterMakesParsesBack) {
   std::vector<GraphStep> steps;
   std::string why;
   ASSERT_TRUE(parse_graph_steps(w.bytes(), &steps, &why)) << why;
-  ASSERT_EQ(steps.size(), 4u);
-  EXPECT_EQ(w.steps(), 4u);
+  ASSERT_EQ(steps.size(), 5u);
+  EXPECT_EQ(w.steps(), 5u);
   EXPECT_EQ(w.bytes().size() % 8, 0u);
   ASSERT_EQ(steps[0].kind, StepKind::kKernel);
   EXPECT_EQ(steps[0].kernel.kernel, 7u);
@@ -46,6 +47,12 @@ TEST(GraphSteps, WhatTheWriterMakesParsesBack) {
   EXPECT_EQ(steps[2].copy.src, 0x3000u);
   EXPECT_EQ(steps[2].copy.size, 77u);
   EXPECT_EQ(steps[3].kernel.args_size, 0u);
+  LaunchShape shape;
+  ASSERT_TRUE(LaunchShape::decode(steps[4].kernel.flags, &shape));
+  EXPECT_EQ(shape.cluster.x, 2u);
+  EXPECT_EQ(shape.cluster.y, 1u);
+  EXPECT_EQ(shape.cluster.z, 4u);
+  EXPECT_TRUE(shape.cooperative);
 }
 
 TEST(GraphSteps, MalformedBytesAreRefusedWithAReason) {
@@ -75,6 +82,8 @@ TEST(GraphSteps, MalformedBytesAreRefusedWithAReason) {
       {"arguments over CUDA's limit", put32(good, 8 + 32, kMaxGraphParamBytes + 1)},
       {"a zero grid dimension", put32(good, 8 + 8, 0)},
       {"a zero block dimension", put32(good, 8 + 28, 0)},
+      {"unknown launch flags", put32(good, 8 + 36, 1u << 13)},
+      {"a cluster that does not divide the grid", put32(good, 8 + 36, LaunchShape{{3, 1, 1}, false}.flags())},
       {"a memset of the wrong size", put32(good, memset_at + 4, 32)},
       {"a memset value that is no byte", put64(good, memset_at + 8 + 8, 0x100)},
   };

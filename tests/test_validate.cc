@@ -33,6 +33,7 @@
 #include "ordo/sim.h"
 #include "worker/validate.h"
 #include "transport/graph_steps.h"
+#include "transport/op_args.h"
 #include "transport/reply_slot.h"
 #include "transport/ring.h"
 
@@ -477,6 +478,42 @@ TEST(CheckEntry, StagingChecksUseTheWorkersLayout) {
   EXPECT_EQ(check_entry(p, Path::Ring, l, nullptr), Status::kSuccess);
 }
 
+// A launch's flags carry its cluster and cooperative shape: what a real launch
+// could ask for passes, unknown bits and clusters that do not tile the grid
+// get CUDA's error and a reason.
+TEST(CheckEntry, LaunchShapeFlags) {
+  const Layout l = test_layout();
+  auto launch = [](Dim3 grid, uint16_t flags) {
+    Entry e = good_launch();
+    e.arg[1] = grid.x | uint64_t{grid.y} << 32;
+    e.arg[2] = grid.z | uint64_t{1} << 32;
+    e.flags = flags;
+    return e;
+  };
+  auto shape = [](Dim3 cluster, bool cooperative) { return LaunchShape{cluster, cooperative}.flags(); };
+  std::string why;
+  EXPECT_EQ(check_entry(launch({1, 1, 1}, shape({1, 1, 1}, true)), Path::Ring, l, &why), Status::kSuccess) << why;
+  EXPECT_EQ(check_entry(launch({4, 4, 1}, shape({4, 4, 1}, false)), Path::Ring, l, &why), Status::kSuccess) << why;
+  EXPECT_EQ(check_entry(launch({6, 2, 8}, shape({3, 1, 2}, true)), Path::Ring, l, &why), Status::kSuccess) << why;
+  struct Case {
+    const char* what;
+    Entry e;
+    Status status;
+  } cases[] = {
+      {"an unknown flag bit", launch({1, 1, 1}, 1u << 13), Status::kInvalidValue},
+      {"every bit", launch({16, 16, 16}, 0xffff), Status::kInvalidValue},
+      {"a cluster wider than the grid", launch({1, 1, 1}, shape({2, 1, 1}, false)), Status::kInvalidClusterSize},
+      {"a cluster that does not divide the grid", launch({6, 1, 1}, shape({4, 1, 1}, false)),
+       Status::kInvalidClusterSize},
+      {"a cluster of more than 16 blocks", launch({4, 4, 2}, shape({4, 4, 2}, false)), Status::kInvalidClusterSize},
+  };
+  for (const Case& c : cases) {
+    why.clear();
+    EXPECT_EQ(check_entry(c.e, Path::Ring, l, &why), c.status) << c.what;
+    EXPECT_FALSE(why.empty()) << c.what;
+  }
+}
+
 // Whatever the bytes, an accepted entry has the properties the worker relies on
 // without further checks.
 TEST(CheckEntry, RandomEntriesThatPassAreSafeToUse) {
@@ -520,6 +557,10 @@ TEST(CheckEntry, RandomEntriesThatPassAreSafeToUse) {
       ASSERT_LT(e.thread, l.slot_count);
     }
     if (op == Op::Launch) {
+      LaunchShape shape;
+      ASSERT_TRUE(LaunchShape::decode(e.flags, &shape));
+      const auto a = decode<Op::Launch>(e.arg);
+      ASSERT_EQ(check_cluster(a.grid, shape.cluster), Status::kSuccess);
       const uint64_t size = e.arg[5] & 0xffffffff;
       ASSERT_LE(e.arg[4], l.staging_per_ring);
       ASSERT_LE(e.arg[4] + size, l.staging_per_ring);

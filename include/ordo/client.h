@@ -137,8 +137,10 @@ class Client {
   Status device_info(uint32_t device, DeviceInfo* out);
   // Device attributes first.. (kDeviceAttributesPerCall of them, by CUdevice_attribute number).
   Status device_attributes(uint32_t device, uint32_t first, int32_t* out);
+  // `shape`: LaunchShape::flags() (transport/launch_shape.h) of a cluster or
+  // cooperative launch, which the caller checked against the kernel and device.
   Status launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
-                uint32_t shared_mem = 0);
+                uint32_t shared_mem = 0, uint16_t shape = 0);
 
   // Graphs: device work (transport/graph_steps.h: kernels, memsets and
   // device-to-device copies) sent once and launched as one entry, ordered

@@ -36,7 +36,9 @@ enum class Status : int32_t {
   kInvalidAddressSpace = 717,      // cudaErrorInvalidAddressSpace
   kInvalidPc = 718,                // cudaErrorInvalidPc
   kLaunchFailure = 719,            // cudaErrorLaunchFailure
+  kCooperativeLaunchTooLarge = 720,// cudaErrorCooperativeLaunchTooLarge: more blocks than fit the device at once
   kNotSupported = 801,             // cudaErrorNotSupported
+  kInvalidClusterSize = 912,       // cudaErrorInvalidClusterSize
 };
 
 constexpr bool ok(Status s) { return s == Status::kSuccess; }

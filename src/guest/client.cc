@@ -170,8 +170,8 @@ Status Client::module_global(uint32_t module, const std::string& name, uint64_t 
   return core_->kernels.module_global(module, name, size_hint, addr, size);
 }
 Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
-                      uint32_t shared_mem) {
-  return core_->kernels.launch(kernel, grid, block, args, args_size, s, shared_mem);
+                      uint32_t shared_mem, uint16_t shape) {
+  return core_->kernels.launch(kernel, grid, block, args, args_size, s, shared_mem, shape);
 }
 Status Client::graph_create(const void* steps, uint64_t size, uint32_t* graph) {
   return core_->graphs.create(steps, size, graph);

@@ -72,7 +72,7 @@ Status Kernels::module_global(uint32_t module, const std::string& name, uint64_t
 }
 
 Status Kernels::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
-                       uint32_t shared_mem) {
+                       uint32_t shared_mem, uint16_t shape) {
   ThreadState& t = threads_.current();
   Bound b;
   if (!streams_.bind(s, &b)) return threads_.finish(t, Status::kInvalidResourceHandle);
@@ -105,7 +105,7 @@ Status Kernels::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args,
                           .params_size = uint32_t(args_size),
                           .shared_mem = uint32_t(shared_mem)},
          arg);
-  const uint64_t pos = producer_.push_launch(t, g, b.s, arg);
+  const uint64_t pos = producer_.push_launch(t, g, b.s, arg, shape);
   if (args_size) staging_.release_after(t, g, pos);
   return threads_.finish_async(t);
 }

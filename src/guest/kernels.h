@@ -37,7 +37,7 @@ class Kernels {
   Status module_unload(uint32_t module);
   Status module_global(uint32_t module, const std::string& name, uint64_t size_hint, uint64_t* addr, uint64_t* size);
   Status launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
-                uint32_t shared_mem);
+                uint32_t shared_mem, uint16_t shape);
 
   // A module image goes in one request when it is at most 1/kImageHeapShare of
   // the pinned heap, else in pieces of that size (ModuleChunk), halved while

@@ -69,9 +69,10 @@ uint64_t RingProducer::push_edges(ThreadState& t, Ring& g, uint32_t stream, cons
 }
 
 uint64_t RingProducer::push_launch_edges(ThreadState& t, Ring& g, uint32_t stream, const uint64_t (&arg)[6],
-                                         const EdgeList& edges) {
+                                         uint16_t flags, const EdgeList& edges) {
   Entry e{};
   e.op = uint16_t(Op::Launch);
+  e.flags = flags;
   std::copy(std::begin(arg), std::end(arg), e.arg);
   return push_edges(t, g, stream, e, edges);
 }

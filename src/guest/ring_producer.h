@@ -45,13 +45,13 @@ class RingProducer {
   uint64_t push(ThreadState& t, Ring& g, const StreamRef& s, const Entry& call, EventState* ev = nullptr);
   // push for a launch: its entry is written in its slot, not built and copied.
   [[gnu::always_inline]] inline uint64_t push_launch(ThreadState& t, Ring& g, const StreamRef& s,
-                                                     const uint64_t (&arg)[6]);
+                                                     const uint64_t (&arg)[6], uint16_t flags);
   // A fence on g: the worker advances the ring's `completed` past it once
   // everything before it ran. Returns the position just past it.
   uint64_t push_fence(ThreadState& t, Ring& g);
 
  private:
-  uint64_t push_launch_edges(ThreadState& t, Ring& g, uint32_t stream, const uint64_t (&arg)[6],
+  uint64_t push_launch_edges(ThreadState& t, Ring& g, uint32_t stream, const uint64_t (&arg)[6], uint16_t flags,
                              const EdgeList& edges);
   uint64_t push_edges(ThreadState& t, Ring& g, uint32_t stream, const Entry& call, const EdgeList& edges);
   void write_entry(Ring& g, const Entry& e);
@@ -79,7 +79,7 @@ class RingProducer {
 };
 
 [[gnu::always_inline]] inline uint64_t RingProducer::push_launch(ThreadState& t, Ring& g, const StreamRef& s,
-                                                                const uint64_t (&arg)[6]) {
+                                                                const uint64_t (&arg)[6], uint16_t flags) {
   static_assert(info(Op::Launch).order == Order::Stream);
   static_assert(offsetof(Entry, stream) == offsetof(Entry, thread) + 4 && offsetof(Entry, arg) % 16 == 0);
   // Each store a launch makes queues behind the previous launch's entry line
@@ -90,7 +90,7 @@ class RingProducer {
   threads_.mark_errors(t);
   EdgeList edges;
   if (edges_.ordered()) edges_.legacy(g.index, s, &edges);
-  if (!edges.empty()) [[unlikely]] return push_launch_edges(t, g, s.id, arg, edges);
+  if (!edges.empty()) [[unlikely]] return push_launch_edges(t, g, s.id, arg, flags, edges);
   Entry* slot = claim_slot(g);
   t.last_pos = g.writer.tail();
   if (!slot) return t.last_pos;  // session lost: finish() says so
@@ -98,7 +98,8 @@ class RingProducer {
   std::memcpy(reinterpret_cast<char*>(slot) + offsetof(Entry, thread), &who, sizeof who);  // thread, stream
   for (int k = 0; k < 6; k += 2)
     _mm_store_si128(reinterpret_cast<__m128i*>(&slot->arg[k]), _mm_set_epi64x(int64_t(arg[k + 1]), int64_t(arg[k])));
-  g.writer.publish_in_place(slot, uint64_t(Op::Launch));
+  static_assert(offsetof(Entry, flags) == 2);
+  g.writer.publish_in_place(slot, uint64_t(Op::Launch) | uint64_t{flags} << 16);
   commit_slot(g);
   return t.last_pos;
 }

@@ -24,6 +24,10 @@ bool parse_graph_steps(std::span<const std::byte> bytes, std::vector<GraphStep>*
           return *why = "kernel step's argument size disagrees with its step size", false;
         for (uint32_t d : {k.grid.x, k.grid.y, k.grid.z, k.block.x, k.block.y, k.block.z})
           if (d == 0) return *why = "kernel step with a zero grid or block dimension", false;
+        LaunchShape shape;
+        if (!LaunchShape::decode(k.flags, &shape)) return *why = "kernel step with unknown launch flags", false;
+        if (!ok(check_cluster(k.grid, shape.cluster)))
+          return *why = "kernel step's cluster does not divide its grid or exceeds 16 blocks", false;
         st.args = bytes.data() + at + sizeof k;
         break;
       }

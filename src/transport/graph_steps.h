@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ordo/device_info.h"
+#include "transport/launch_shape.h"
 
 namespace ordo {
 
@@ -40,7 +41,7 @@ struct KernelStep {
   uint32_t shared_mem;
   Dim3 grid, block;
   uint32_t args_size;
-  uint32_t pad;
+  uint32_t flags;  // LaunchShape::flags()
 };
 struct MemsetStep {
   uint64_t dst, value, size;  // value: a byte

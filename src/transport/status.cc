@@ -29,6 +29,8 @@ std::string_view status_name(Status s) {
     case Status::kInvalidAddressSpace: return "memory access in the wrong address space in a kernel";
     case Status::kInvalidPc: return "kernel jumped to an invalid address";
     case Status::kNotSupported: return "not supported";
+    case Status::kCooperativeLaunchTooLarge: return "cooperative launch of more blocks than fit the device at once";
+    case Status::kInvalidClusterSize: return "cluster dimensions do not divide the grid or exceed the device's cluster size";
     case Status::kPeerAccessUnsupported: return "peer access is not supported between these devices";
     case Status::kPeerAccessAlreadyEnabled: return "peer access is already enabled";
     case Status::kPeerAccessNotEnabled: return "peer access has not been enabled";

@@ -28,6 +28,7 @@
 #include "ordo/device_info.h"
 #include "ordo/layout.h"
 #include "ordo/status.h"
+#include "transport/launch_shape.h"
 
 namespace ordo {
 
@@ -59,6 +60,7 @@ struct LaunchParams {
   uint32_t shared_mem = 0;
   const std::byte* args = nullptr;  // valid only during the launch() call
   uint32_t args_size = 0;
+  LaunchShape shape;  // cluster and cooperative; checked against the grid (check_cluster)
 };
 
 // A validated memory operand: a device address, or a host pointer into the region.

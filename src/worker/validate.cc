@@ -55,10 +55,14 @@ ORDO_NOTHING_TO_CHECK(EventElapsed)
 #undef ORDO_NOTHING_TO_CHECK
 
 template <>
-Status check<Op::Launch>(const Args<Op::Launch>& a, const Entry&, const Layout& l, std::string* why) {
+Status check<Op::Launch>(const Args<Op::Launch>& a, const Entry& e, const Layout& l, std::string* why) {
   if (!range_ok(a.params, a.params_size, l.staging_per_ring)) return bad(why, "kernel arguments outside the staging window");
   for (uint32_t d : {a.grid.x, a.grid.y, a.grid.z, a.block.x, a.block.y, a.block.z})
     if (d == 0) return bad(why, "zero grid or block dimension", Status::kInvalidConfiguration);
+  LaunchShape shape;
+  if (!LaunchShape::decode(e.flags, &shape)) return bad(why, "unknown launch flags");
+  if (Status s = check_cluster(a.grid, shape.cluster); !ok(s))
+    return bad(why, "cluster dimensions do not divide the grid or exceed 16 blocks", s);
   return Status::kSuccess;
 }
 

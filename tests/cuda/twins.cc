@@ -1,4 +1,4 @@
-// Host twins of the device kernels in basic.cu, seed.cu, peer.cu and unsupported.cu, for
+// Host twins of the device kernels in basic.cu, seed.cu, peer.cu, unsupported.cu and launch_ex.cu, for
 // ordo-worker --sim-kernels: registered under the kernels' mangled names, each
 // reads the packed parameter buffer through its kernels.h struct and does what
 // the device code does, over the whole grid.
@@ -72,6 +72,7 @@ void touch(KernelContext& c) {
 
 extern "C" void ordo_sim_register(void (*reg)(const char* name, ordo::sim::Kernel fn)) {
   reg("_Z4fillPiii", fill);
+  reg("_Z11fill_sharedPiii", fill);  // launch_ex.cu: the same through shared memory
   reg("_Z3addPiii", add);
   reg("_Z5saxpyfPKfPfi", saxpy);
   reg("_Z5mixedcds4PairPx", mixed);

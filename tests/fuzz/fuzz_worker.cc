@@ -41,6 +41,8 @@ class CheckingBackend final : public NullBackend {
       : NullBackend(2), lo_(reinterpret_cast<uintptr_t>(r.base())), hi_(lo_ + r.size()) {}
   std::string_view name() const override { return "checking"; }
   Status launch(uint32_t, const LaunchParams& p, const OpTag& tag) override {
+    // A cluster reaches a backend only if it tiles the grid (a driver would fault or hang otherwise).
+    if (!ok(check_cluster(p.grid, p.shape.cluster))) __builtin_trap();
     if (tag.op == uint16_t(Op::GraphLaunch)) {
       // A graph's arguments are the worker's own copy, never the region (the
       // guest could change them mid-launch); every byte readable (ASan).
@@ -288,7 +290,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         e.op = uint16_t(in.take(1) % kOpCount);
         e.edge_count = uint8_t(in.take(1) % 3);
         for (unsigned i = 0; i < e.edge_count; ++i) e.edges[i] = {uint32_t(in.take(1) % l.ring_count), 0, in.take(1)};
-        e.flags = uint16_t(in.take(1) & 0xf);
+        // Memcpy's MemKinds in the low bits; a launch's cluster and cooperative bits and one past them.
+        const uint64_t f = in.take(1);
+        e.flags = uint16_t((f & 0xf) | (f >> 4 & 3) << 4 | (f >> 6 & 1) << 12 | (f >> 7) << 13);
         e.thread = uint32_t(in.take(1) % l.slot_count);
         e.stream = uint32_t(in.take(1) % 2 ? in.take(1) % 8 : in.take(2));
         for (auto& a : e.arg) a = in.take(1) % 2 ? 0x7000'0000'0000ull + in.take(2) : in.take(3);

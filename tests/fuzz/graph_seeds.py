@@ -25,6 +25,8 @@ def steps(kind):
     def step(k, body): return struct.pack('<II',k,len(body))+body
     if 'memset' in kind: out+=step(2, struct.pack('<QQQ', DEV, 5, 64))
     if 'kernel' in kind: out+=step(1, struct.pack('<II6III', 3, 0, 1,1,1, 1,1,1, 8, 0)+b'ABCDEFGH')
+    if 'cluster' in kind: out+=step(1, struct.pack('<II6III', 3, 0, 4,1,1, 1,1,1, 8, 1 | 1<<12)+b'ABCDEFGH')
+    if 'untiled' in kind: out+=step(1, struct.pack('<II6III', 3, 0, 3,1,1, 1,1,1, 8, 1)+b'ABCDEFGH')
     if 'copy' in kind: out+=step(3, struct.pack('<QQQ', DEV+128, DEV, 64))
     if 'bad' in kind: out+=struct.pack('<II', 9, 8)+b'\0'*8
     if 'past' in kind: out+=step(2, struct.pack('<QQQ', DEV+4090, 5, 64))
@@ -40,6 +42,8 @@ seeds={
  'destroy before its launches are dispatched': malloc+poll()+graph_create(steps('kernel'))+poll()+stream+launch(1)+destroy(1,3)+poll()+launch(1)+poll()+launch(1)+poll(),
  'bad step kind refused': malloc+poll()+graph_create(steps('memset bad'))+poll()+stream+launch(1)+poll(),
  'memset past the allocation': malloc+poll()+graph_create(steps('past'))+poll()+stream+launch(1)+poll(),
+ 'a cooperative cluster kernel step': malloc+poll()+graph_create(steps('cluster'))+poll()+stream+launch(1)+poll()+destroy(1,1)+poll(),
+ 'a cluster that does not tile the grid refused': malloc+poll()+graph_create(steps('untiled'))+poll()+stream+launch(1)+poll(),
  'launch of a graph never made': stream+poll()+launch(7)+poll(),
  'launch with no allocation': graph_create(steps('copy memset'))+poll()+stream+launch(1)+poll()+destroy(1,0)+poll(),
 }

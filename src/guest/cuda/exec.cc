@@ -204,11 +204,13 @@ bool device_steps(ordo::Client* c, const NodeWork& w, GraphStepWriter* out) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       const Function* f = function_of(w.fn);
       const uint64_t threads = uint64_t{w.block.x} * w.block.y * w.block.z;
+      uint16_t shape = 0;
       // What Client::launch would refuse, or check against the device, is left to it.
       if (!f || threads > 1024 || w.block.z > 64 || w.grid.x > 0x7fffffffu || w.grid.y > 65535 ||
-          w.grid.z > 65535 || w.smem > 48 * 1024 || w.args.size() > kMaxGraphParamBytes)
+          w.grid.z > 65535 || w.smem > 48 * 1024 || w.args.size() > kMaxGraphParamBytes ||
+          !node_step_shape(w, &shape))
         return false;
-      out->kernel({f->id, w.smem, w.grid, w.block, uint32_t(w.args.size()), 0}, w.args.data());
+      out->kernel({f->id, w.smem, w.grid, w.block, uint32_t(w.args.size()), shape}, w.args.data());
       return true;
     }
     case CU_GRAPH_NODE_TYPE_MEMSET: {
@@ -297,13 +299,7 @@ CUresult exec_set(CUgraphExec hx, CUgraphNode node, NodeWork w) {
 
 CUresult run_work(const NodeWork& w, CUstream stream, bool per_thread) {
   switch (w.type) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: {
-      size_t size = w.args.size();
-      void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::byte*>(w.args.data()),
-                       CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-      return launch_kernel(w.fn, w.grid.x, w.grid.y, w.grid.z, w.block.x, w.block.y, w.block.z, w.smem, stream,
-                           nullptr, extra, per_thread);
-    }
+    case CU_GRAPH_NODE_TYPE_KERNEL: return launch_node_kernel(w, stream, per_thread);
     case CU_GRAPH_NODE_TYPE_MEMCPY: {
       const CUDA_MEMCPY3D& p = w.copy;
       for (size_t z = 0; z < p.Depth; ++z) {

@@ -85,5 +85,7 @@ CUresult event_record_with_flags(CUevent event, CUstream stream, unsigned flags,
 CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned smem, CUstream stream, void** params, void** extra, bool per_thread);
 CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra, bool per_thread);
+CUresult launch_cooperative_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned smem, CUstream stream, void** params, bool per_thread);
 
 }  // namespace ordo::driver

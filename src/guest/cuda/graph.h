@@ -7,6 +7,7 @@
 #pragma once
 
 #include "state.h"  // first: it includes cuda.h
+#include "transport/launch_shape.h"
 
 #include <cstddef>
 #include <map>
@@ -100,9 +101,16 @@ GraphNode* live_node(CUgraphNode h);  // null if not a node of a live graph
 // errors, checked when the node is made.
 CUresult kernel_node_work(CUfunction fn, Dim3 grid, Dim3 block, unsigned smem, void** params, void** extra,
                           NodeWork* w);
-// Launch attributes (launch.cc): CUDA_SUCCESS for those that change nothing a
-// program can observe here, CUDA_ERROR_NOT_SUPPORTED for the rest.
-CUresult check_launch_attributes(const CUlaunchConfig* config);
+// Launch attributes (launch.cc): the cluster and cooperative shape they ask
+// for (*shape, optional), CUDA_SUCCESS for the hints and preferences stream
+// order honours, CUDA_ERROR_NOT_SUPPORTED for the rest.
+CUresult check_launch_attributes(const CUlaunchConfig* config, LaunchShape* shape = nullptr);
+// A kernel node's shape, from its attributes.
+LaunchShape shape_of(const NodeWork& w);
+// Launches a kernel node's work as stream work, with its shape.
+CUresult launch_node_kernel(const NodeWork& w, CUstream stream, bool per_thread);
+// The flags of a kernel node's step (its shape), if CUDA would launch it; false if not.
+bool node_step_shape(const NodeWork& w, uint16_t* flags);
 // Sets n->arg_ptrs to each argument in n's packed bytes, by the kernel's layout (none without one).
 void kernel_arg_pointers(GraphNode* n);
 

@@ -93,6 +93,8 @@ CUresult to_cu(Status s) {
     case Status::kInvalidPc: return CUDA_ERROR_INVALID_PC;
     case Status::kNoKernelImage: return CUDA_ERROR_NO_BINARY_FOR_GPU;
     case Status::kNotSupported: return CUDA_ERROR_NOT_SUPPORTED;
+    case Status::kCooperativeLaunchTooLarge: return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+    case Status::kInvalidClusterSize: return CUDA_ERROR_INVALID_CLUSTER_SIZE;
     case Status::kPeerAccessUnsupported: return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
     case Status::kPeerAccessAlreadyEnabled: return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
     case Status::kPeerAccessNotEnabled: return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;

@@ -46,8 +46,49 @@ CUresult check_smem(Function* f, unsigned smem) {
   return CUDA_SUCCESS;
 }
 
+// CUDA's answer to a cluster or cooperative launch of `f` on the current
+// device. A cooperative grid is held to the guest's occupancy estimate (no
+// register counts); the driver behind the worker checks it exactly.
+CUresult check_shape(const Function* f, Dim3 grid, Dim3 block, unsigned smem, const LaunchShape& shape) {
+  if (shape.plain()) return CUDA_SUCCESS;
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
+  if (shape.blocks_per_cluster() > 1) {
+    if (!d->attrs[CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH]) return CUDA_ERROR_NOT_SUPPORTED;
+    if (to_cu(check_cluster(grid, shape.cluster)) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    if (shape.blocks_per_cluster() > kMaxPortableClusterBlocks && !f->non_portable_cluster.load())
+      return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  }
+  if (shape.cooperative) {
+    if (!d->attrs[CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH]) return CUDA_ERROR_NOT_SUPPORTED;
+    int per_sm = 0;
+    const int threads = int(uint64_t{block.x} * block.y * block.z);
+    if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+            &per_sm, reinterpret_cast<CUfunction>(const_cast<Function*>(f)), threads, smem, 0);
+        e != CUDA_SUCCESS)
+      return e;
+    if (uint64_t{grid.x} * grid.y * grid.z > uint64_t(per_sm) * uint64_t(d->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]))
+      return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+  }
+  return CUDA_SUCCESS;
+}
+
+// A kernel node keeps its shape as the launch attributes a program can read back.
+void set_shape_attrs(const LaunchShape& shape, std::map<int, CUlaunchAttributeValue>* attrs) {
+  if (shape.blocks_per_cluster() > 1) {
+    CUlaunchAttributeValue v{};
+    v.clusterDim.x = shape.cluster.x, v.clusterDim.y = shape.cluster.y, v.clusterDim.z = shape.cluster.z;
+    (*attrs)[CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION] = v;
+  }
+  if (shape.cooperative) {
+    CUlaunchAttributeValue v{};
+    v.cooperative = 1;
+    (*attrs)[CU_LAUNCH_ATTRIBUTE_COOPERATIVE] = v;
+  }
+}
+
 CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stream, void** params, void** extra,
-                bool per_thread) {
+                bool per_thread, const LaunchShape& shape = {}) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
@@ -58,6 +99,7 @@ CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stre
   ParamBuffer packed;
   if (CUresult e = pack_args(f, params, extra, &packed, &buf, &size); e != CUDA_SUCCESS) return e;
   if (CUresult e = check_smem(f, smem); e != CUDA_SUCCESS) return e;
+  if (CUresult e = check_shape(f, grid, block, smem, shape); e != CUDA_SUCCESS) return e;
   if (any_capture()) {
     NodeWork w;
     w.type = CU_GRAPH_NODE_TYPE_KERNEL;
@@ -66,9 +108,10 @@ CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stre
     w.block = block;
     w.smem = smem;
     w.args.assign(static_cast<const std::byte*>(buf), static_cast<const std::byte*>(buf) + size);
+    set_shape_attrs(shape, &w.attrs);
     if (CUresult r; capture_work(c, s, std::move(w), &r)) return r;
   }
-  return to_cu(c->launch(f->id, grid, block, buf, uint32_t(size), s, smem));
+  return to_cu(c->launch(f->id, grid, block, buf, uint32_t(size), s, smem, shape.flags()));
 }
 
 // Function attributes: the limits of the device; per-kernel resource use
@@ -91,8 +134,8 @@ CUresult func_attribute(int* value, CUfunction_attribute attr, CUfunction fn, CU
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
-    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: *value = f->non_portable_cluster.load(); break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = cc; break;
@@ -115,9 +158,12 @@ CUresult func_set_attribute(CUfunction fn, CUfunction_attribute attr, int value,
         return CUDA_ERROR_INVALID_VALUE;
       f->max_dynamic_smem.store(value);
       return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+      if (value != 0 && value != 1) return CUDA_ERROR_INVALID_VALUE;
+      f->non_portable_cluster.store(value == 1);
+      return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
-    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: return CUDA_SUCCESS;  // hints
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: return CUDA_SUCCESS;  // hints
     default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -127,28 +173,46 @@ CUresult func_set_attribute(CUfunction fn, CUfunction_attribute attr, int value,
 // Attributes that change nothing a program can observe here: accepted. The rest
 // (clusters, cooperative launches, launch-completion events...) change what
 // the kernel may do or what it signals, and are refused rather than dropped.
-CUresult check_launch_attributes(const CUlaunchConfig* config) {
+CUresult check_launch_attributes(const CUlaunchConfig* config, LaunchShape* shape) {
+  LaunchShape out;
   for (unsigned i = 0; i < config->numAttrs; ++i) {
+    const CUlaunchAttributeValue& v = config->attrs[i].value;
     switch (config->attrs[i].id) {
       case CU_LAUNCH_ATTRIBUTE_IGNORE:
       case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
       case CU_LAUNCH_ATTRIBUTE_PRIORITY:
       case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
       case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+      // Preferences: the required cluster shape (or none) is always a valid answer to them.
+      case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+      case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+      case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      case CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING:
       // Stream order is kept in full; allowing overlap with the previous kernel is only permission.
       case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: continue;
-      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
-        const auto& d = config->attrs[i].value.clusterDim;
-        if (d.x <= 1 && d.y <= 1 && d.z <= 1) continue;
-        return CUDA_ERROR_NOT_SUPPORTED;
-      }
-      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-        if (!config->attrs[i].value.cooperative) continue;
-        return CUDA_ERROR_NOT_SUPPORTED;
+      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        if (!v.clusterDim.x || !v.clusterDim.y || !v.clusterDim.z ||
+            uint64_t{v.clusterDim.x} * v.clusterDim.y * v.clusterDim.z > kMaxClusterBlocks)
+          return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+        out.cluster = {v.clusterDim.x, v.clusterDim.y, v.clusterDim.z};
+        continue;
+      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE: out.cooperative = v.cooperative != 0; continue;
       default: return CUDA_ERROR_NOT_SUPPORTED;
     }
   }
+  if (shape) *shape = out;
   return CUDA_SUCCESS;
+}
+
+LaunchShape shape_of(const NodeWork& w) {
+  LaunchShape shape;
+  if (auto it = w.attrs.find(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION); it != w.attrs.end()) {
+    const auto& d = it->second.clusterDim;
+    shape.cluster = {std::max(1u, d.x), std::max(1u, d.y), std::max(1u, d.z)};
+  }
+  if (auto it = w.attrs.find(CU_LAUNCH_ATTRIBUTE_COOPERATIVE); it != w.attrs.end())
+    shape.cooperative = it->second.cooperative != 0;
+  return shape;
 }
 
 // ================================================================ behind the exports (forwarders.txt)
@@ -160,10 +224,33 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 
 CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra, bool per_thread) {
   if (!config || (config->numAttrs && !config->attrs)) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = check_launch_attributes(config); e != CUDA_SUCCESS) return e;
+  LaunchShape shape;
+  if (CUresult e = check_launch_attributes(config, &shape); e != CUDA_SUCCESS) return e;
   return launch(function_of(f), {config->gridDimX, config->gridDimY, config->gridDimZ},
                 {config->blockDimX, config->blockDimY, config->blockDimZ}, config->sharedMemBytes, config->hStream,
-                params, extra, per_thread);
+                params, extra, per_thread, shape);
+}
+
+CUresult launch_cooperative_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned smem, CUstream stream, void** params, bool per_thread) {
+  LaunchShape shape;
+  shape.cooperative = true;
+  return launch(function_of(f), {gx, gy, gz}, {bx, by, bz}, smem, stream, params, nullptr, per_thread, shape);
+}
+
+CUresult launch_node_kernel(const NodeWork& w, CUstream stream, bool per_thread) {
+  size_t size = w.args.size();
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::byte*>(w.args.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                   &size, CU_LAUNCH_PARAM_END};
+  return launch(function_of(w.fn), w.grid, w.block, w.smem, stream, nullptr, extra, per_thread, shape_of(w));
+}
+
+bool node_step_shape(const NodeWork& w, uint16_t* flags) {
+  const Function* f = function_of(w.fn);
+  const LaunchShape shape = shape_of(w);
+  if (!f || check_shape(f, w.grid, w.block, w.smem, shape) != CUDA_SUCCESS) return false;
+  *flags = shape.flags();
+  return true;
 }
 
 CUresult kernel_node_work(CUfunction fn, Dim3 grid, Dim3 block, unsigned smem, void** params, void** extra,

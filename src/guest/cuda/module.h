@@ -20,6 +20,7 @@ struct Function {
   const KernelLayout* layout = nullptr;
   uint32_t id = 0;  // the worker's kernel id
   std::atomic<int> max_dynamic_smem{48 * 1024};
+  std::atomic<bool> non_portable_cluster{false};  // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 };
 
 // One loaded image: CUmodule and CUlibrary are both this.

@@ -70,6 +70,7 @@ Status Worker::run_graph_step(const RingCall& c, const GraphStep& st) {
       p.args = st.args;
       p.args_size = st.kernel.args_size;
       p.shared_mem = st.kernel.shared_mem;
+      LaunchShape::decode(st.kernel.flags, &p.shape);  // parse_graph_steps checked it
       return backend_.launch(c.e.stream, p, c.tag);
     }
     case StepKind::kMemset: {

@@ -23,6 +23,7 @@ Status Worker::op_Launch(const RingCall& c) {
   p.args = region_.staging(c.ring) + a.params;
   p.args_size = a.params_size;
   p.shared_mem = a.shared_mem;
+  LaunchShape::decode(c.e.flags, &p.shape);  // check<Op::Launch> checked it
   return backend_.launch(c.e.stream, p, c.tag);
 }
 

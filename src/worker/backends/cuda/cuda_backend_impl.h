@@ -153,12 +153,17 @@ class CudaBackend final : public Backend {
     std::vector<CUmodule> on;     // by device; null until loaded there
     std::vector<uint64_t> image;  // padded(), for devices still to load it; empty with one device
   };
+  static constexpr uint32_t kDefaultSmem = 48 * 1024;  // dynamic shared memory every function allows
   struct Kernel {
     uint32_t module = 0;
     std::string name;
     std::vector<CUfunction> fn;  // by device, null until first launched there; empty while the slot is free
     size_t param_bytes = 0;
     bool param_bytes_known = false;
+    // By device, what the driver's function was told so far (launch_needs):
+    // the dynamic shared memory it allows, whether it allows clusters past 8.
+    std::vector<uint32_t> smem_allowed;
+    std::vector<uint8_t> wide_clusters;
   };
   struct Alloc {
     uint64_t size;
@@ -244,6 +249,7 @@ class CudaBackend final : public Backend {
 
   // Requires mu_ and `device` current: kernel k's function on `device`.
   Status function_on(Kernel& k, uint32_t device, CUfunction* out);
+  Status launch_needs(Kernel& k, uint32_t device, CUfunction fn, const LaunchParams& p);  // under mu_
 
   // Every device's copy; the first error, if any.
   Status unload_everywhere(Module& m);

@@ -19,8 +19,10 @@ bool Driver::load(std::string* error) {
          get("cuModuleGetFunction", 12000, &module_get_function, true, error) &&
          get("cuModuleGetGlobal", 12000, &module_get_global, true, error) &&
          get("cuLaunchKernel", 12000, &launch_kernel, true, error) &&
+         get("cuLaunchKernelEx", 12000, &launch_kernel_ex, true, error) &&
          get("cuCtxGetCurrent", 12000, &ctx_get_current, true, error) &&
          get("cuCtxSetCurrent", 12000, &ctx_set_current, true, error) &&
+         get("cuFuncSetAttribute", 12000, &func_set_attribute, true, error) &&
          get("cuFuncGetParamInfo", 12040, &func_get_param_info, false, error);
 }
 

@@ -35,8 +35,10 @@ struct Driver {
   PFN_cuModuleGetFunction_v2000 module_get_function = nullptr;
   PFN_cuModuleGetGlobal_v3020 module_get_global = nullptr;
   PFN_cuLaunchKernel_v4000 launch_kernel = nullptr;
+  PFN_cuLaunchKernelEx_v11060 launch_kernel_ex = nullptr;  // clusters and cooperative launches
   PFN_cuCtxGetCurrent_v4000 ctx_get_current = nullptr;
   PFN_cuCtxSetCurrent_v4000 ctx_set_current = nullptr;
+  PFN_cuFuncSetAttribute_v9000 func_set_attribute = nullptr;
   PFN_cuFuncGetParamInfo_v12040 func_get_param_info = nullptr;  // optional: drivers before 12.4 lack it
 
   template <class F>

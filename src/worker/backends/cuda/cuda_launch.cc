@@ -15,6 +15,25 @@ constexpr uint64_t kMaxBlockThreads = 1024;
 
 }  // namespace
 
+// What a launch needs of its function that the guest's cuFuncSetAttribute
+// granted there (libcuda.so.1 checked the launch against it): more than 48 KiB
+// of dynamic shared memory, a cluster past the portable 8 blocks. The launch
+// carries it, so the driver's function is raised to it here, in launch order,
+// and never lowered under a launch issued before.
+Status CudaBackend::launch_needs(Kernel& k, uint32_t device, CUfunction fn, const LaunchParams& p) {
+  if (p.shared_mem > k.smem_allowed[device]) {
+    CUresult r = drv_.func_set_attribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(p.shared_mem));
+    if (r != CUDA_SUCCESS) return to_status(r);
+    k.smem_allowed[device] = p.shared_mem;
+  }
+  if (p.shape.blocks_per_cluster() > kMaxPortableClusterBlocks && !k.wide_clusters[device]) {
+    CUresult r = drv_.func_set_attribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+    if (r != CUDA_SUCCESS) return to_status(r);
+    k.wide_clusters[device] = 1;
+  }
+  return Status::kSuccess;
+}
+
 Status CudaBackend::launch(uint32_t stream, const LaunchParams& p, const OpTag& tag) {
   if (p.grid.x == 0 || p.grid.y == 0 || p.grid.z == 0 || p.block.x == 0 || p.block.y == 0 || p.block.z == 0 ||
       uint64_t{p.block.x} * p.block.y * p.block.z > kMaxBlockThreads)
@@ -43,13 +62,42 @@ Status CudaBackend::launch(uint32_t stream, const LaunchParams& p, const OpTag& 
     }
     bind(st->device);
     if (Status s = function_on(k, st->device, &fn); !ok(s)) return s;
+    // Under mu_: what Kernel records the driver has, so a launch that finds it raised finds the driver raised.
+    if (Status s = launch_needs(k, st->device, fn, p); !ok(s)) return s;
   }
   // The driver copies the parameters before cuLaunchKernel returns, so the
   // staging bytes may be reused as soon as we are back.
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::byte*>(p.args), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    CU_LAUNCH_PARAM_END};
-  CUresult r = drv_.launch_kernel(fn, p.grid.x, p.grid.y, p.grid.z, p.block.x, p.block.y, p.block.z, p.shared_mem,
-                                  reinterpret_cast<CUstream>(st->handle), nullptr, size ? extra : nullptr);
+  CUresult r;
+  if (p.shape.plain()) {
+    r = drv_.launch_kernel(fn, p.grid.x, p.grid.y, p.grid.z, p.block.x, p.block.y, p.block.z, p.shared_mem,
+                           reinterpret_cast<CUstream>(st->handle), nullptr, size ? extra : nullptr);
+  } else {
+    // The driver checks the cluster against the kernel and the cooperative
+    // grid against its occupancy (the guest's check is an estimate).
+    // Only what differs from a plain launch: devices before Hopper refuse any cluster attribute.
+    CUlaunchAttribute attrs[2] = {};
+    unsigned n = 0;
+    if (p.shape.blocks_per_cluster() > 1) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attrs[n].value.clusterDim.x = p.shape.cluster.x;
+      attrs[n].value.clusterDim.y = p.shape.cluster.y;
+      attrs[n++].value.clusterDim.z = p.shape.cluster.z;
+    }
+    if (p.shape.cooperative) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attrs[n++].value.cooperative = 1;
+    }
+    CUlaunchConfig config{};
+    config.gridDimX = p.grid.x, config.gridDimY = p.grid.y, config.gridDimZ = p.grid.z;
+    config.blockDimX = p.block.x, config.blockDimY = p.block.y, config.blockDimZ = p.block.z;
+    config.sharedMemBytes = p.shared_mem;
+    config.hStream = reinterpret_cast<CUstream>(st->handle);
+    config.attrs = attrs;
+    config.numAttrs = n;
+    r = drv_.launch_kernel_ex(&config, fn, nullptr, size ? extra : nullptr);
+  }
   if (r != CUDA_SUCCESS) return to_status(r);
   std::lock_guard lk(mu_);
   st->last_tag = tag;

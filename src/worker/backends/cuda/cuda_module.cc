@@ -112,6 +112,8 @@ Status CudaBackend::kernel_lookup(uint32_t module, std::string_view name, uint32
   k.name = key.second;
   k.fn.assign(device_count(), nullptr);
   k.fn[0] = fn;
+  k.smem_allowed.assign(device_count(), kDefaultSmem);
+  k.wide_clusters.assign(device_count(), 0);
   if (drv_.func_get_param_info) {
     // The parameter buffer's size: the end of the last parameter.
     size_t i = 0, off = 0, sz = 0;

@@ -47,6 +47,7 @@ DeviceInfo sim_device_info(uint32_t device) {
   d.unified_addressing = 1;
   d.can_map_host_memory = 1;
   d.stream_priorities_supported = 1;
+  d.cooperative_launch = 1;
   d.global_l1_cache_supported = d.local_l1_cache_supported = 1;
   static constexpr uint8_t kUuid[16] = {'o', 'r', 'd', 'o', '-', 's', 'i', 'm', '-', 'd', 'e', 'v', 'i', 'c', 'e', '0'};
   std::memcpy(d.uuid, kUuid, sizeof kUuid);
@@ -80,6 +81,15 @@ Device::~Device() {
   }
 }
 
+uint64_t coresident_blocks(Dim3 block, uint32_t shared_mem) {
+  const DeviceInfo d = sim_device_info(0);  // the sim's devices are alike
+  const uint64_t threads = (uint64_t{block.x} * block.y * block.z + 31) / 32 * 32;
+  uint64_t per_sm = std::min<uint64_t>(uint64_t(d.max_threads_per_multiprocessor) / threads,
+                                       uint64_t(d.max_blocks_per_multiprocessor));
+  if (shared_mem) per_sm = std::min<uint64_t>(per_sm, d.shared_mem_per_multiprocessor / shared_mem);
+  return per_sm * uint64_t(d.multi_processor_count);
+}
+
 Status Device::device_info(uint32_t device, DeviceInfo* out) {
   if (!out || device >= devices_) return Status::kInvalidValue;
   *out = sim_device_info(device);
@@ -94,6 +104,7 @@ Status Device::device_attributes(uint32_t device, uint32_t first, int32_t* out) 
     if (attr >= first && attr < first + kDeviceAttributesPerCall) out[attr - first] = v;
   };
   set(139, int32_t(0x233510DE));  // GPU_PCI_DEVICE_ID: H200 SXM (0x2335), NVIDIA (0x10DE)
+  set(120, 1);                    // CLUSTER_LAUNCH, as every compute capability 9 device
   return Status::kSuccess;
 }
 

@@ -58,6 +58,10 @@
 
 namespace ordo::sim {
 
+// How many blocks of `block` threads using `shared_mem` bytes each the sim's
+// device holds at once, as a GPU's occupancy (a cooperative launch's limit).
+uint64_t coresident_blocks(Dim3 block, uint32_t shared_mem);
+
 constexpr uint64_t kMaxBlockThreads = 1024;
 
 class Device final : public Backend {

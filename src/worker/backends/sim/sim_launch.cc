@@ -41,6 +41,12 @@ Status Device::launch(uint32_t stream, const LaunchParams& p, const OpTag& tag) 
     return Status::kInvalidConfiguration;
   }
   if (p.args_size != 0 && p.args == nullptr) return Status::kInvalidValue;
+  // A cluster changes nothing a twin computes: it runs the whole grid. A
+  // cooperative grid must fit the device at once, as its blocks may wait for each other.
+  if (Status s = check_cluster(p.grid, p.shape.cluster); !ok(s)) return s;
+  if (p.shape.cooperative &&
+      uint64_t{p.grid.x} * p.grid.y * p.grid.z > coresident_blocks(p.block, p.shared_mem))
+    return Status::kCooperativeLaunchTooLarge;
   Op op{tag, LaunchOp{fn, missing, p.grid, p.block, ArgBuf(p.args, p.args_size), 0}};
   std::lock_guard lk(mu_);
   Stream* s = find_stream_locked(stream);
