@@ -11,15 +11,49 @@
 #include <cstdlib>
 
 #include <cstring>
+#include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "guest/testing.h"
 #include "harness.h"
 #include "ordo/sim.h"
+#include "worker/backends/null/null_backend.h"
 
 namespace ordo::test {
 namespace {
+
+// A device with every feature there is: guests are shown none of those
+// whose API ordo does not implement (WithheldAttribute), and every other
+// attribute as the device has it.
+class EveryFeature final : public NullBackend {
+ public:
+  Status device_attributes(uint32_t, uint32_t first, int32_t* out) override {
+    for (uint32_t i = 0; i < kDeviceAttributesPerCall; ++i) out[i] = int32_t(1000 + first + i);
+    return Status::kSuccess;
+  }
+};
+
+TEST(Devices, GuestsAreNotShownFeaturesOrdoDoesNotImplement) {
+  std::set<uint32_t> withheld;
+  for (const WithheldAttribute& w : withheld_attributes()) {
+    ASSERT_LT(w.attr, kDeviceAttributeCount);
+    ASSERT_TRUE(withheld.insert(w.attr).second) << w.attr << " listed twice";
+  }
+  for (uint32_t gated : {83u, 102u, 119u, 125u})  // managed memory, VMM (NCCL), pool IPC, IPC events
+    EXPECT_TRUE(withheld.count(gated)) << gated;
+  for (uint32_t kept : {95u, 115u, 120u})  // cooperative launches, memory pools, clusters: implemented
+    EXPECT_FALSE(withheld.count(kept)) << kept;
+  InProcessWorker w({}, 16u << 20, std::make_unique<EveryFeature>());
+  auto c = w.attach();
+  for (uint32_t first = 0; first < kDeviceAttributeCount; first += kDeviceAttributesPerCall) {
+    int32_t a[kDeviceAttributesPerCall];
+    ASSERT_EQ(c->device_attributes(0, first, a), Status::kSuccess);
+    for (uint32_t i = 0; i < kDeviceAttributesPerCall; ++i)
+      EXPECT_EQ(a[i], withheld.count(first + i) ? 0 : int32_t(1000 + first + i)) << "attribute " << first + i;
+  }
+}
 
 // Runs $ORDO_WORKER with `args`; its exit status, and stdout and stderr in *out.
 int run_worker(const std::vector<std::string>& args, std::string* out) {

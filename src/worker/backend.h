@@ -69,6 +69,17 @@ struct MemOperand {
   uint64_t addr = 0;  // device address, or reinterpret_cast<uintptr_t>(host pointer)
 };
 
+// A device attribute guests are shown as 0 whatever the device has: a feature
+// whose API libcuda.so.1 answers NOT_SUPPORTED. Shown as 1, it would send a
+// library down a path ordo then refuses (NCCL maps its buffers with cuMemCreate
+// where virtual memory management is supported); as 0, the library takes the
+// path it takes on a device without the feature.
+struct WithheldAttribute {
+  uint32_t attr;    // CUdevice_attribute
+  const char* api;  // what is not supported
+};
+std::span<const WithheldAttribute> withheld_attributes();
+
 class Backend {
  public:
   // Called (from any backend thread) when async work fails after dispatch.
@@ -140,6 +151,8 @@ class Backend {
   virtual Status device_info(uint32_t device, DeviceInfo* out) = 0;
   // Attributes [first, first + kDeviceAttributesPerCall); 0 for numbers the device does not know.
   virtual Status device_attributes(uint32_t device, uint32_t first, int32_t* out);
+  // The same as guests are shown them: with kWithheldAttributes at 0.
+  Status guest_attributes(uint32_t device, uint32_t first, int32_t* out);
 
   // Whether `device`'s kernels could reach `peer`'s memory once enabled
   // (cudaDeviceCanAccessPeer); device != peer, both valid.

@@ -10,6 +10,63 @@
 
 namespace ordo {
 
+namespace {
+
+// By CUdevice_attribute number (cuda.h; the numbering is ABI).
+constexpr WithheldAttribute kWithheld[] = {
+    {83, "managed memory (cuMemAllocManaged)"},
+    {88, "pageable memory access from kernels"},
+    {89, "concurrent managed access"},
+    {91, "registered host memory at the host pointer (CU_MEMHOSTREGISTER_DEVICEMAP)"},
+    {92, "stream memory operations (cuStreamWaitValue32, cuStreamBatchMemOp)"},
+    {93, "64-bit stream memory operations"},
+    {94, "CU_STREAM_WAIT_VALUE_NOR"},
+    {96, "cuLaunchCooperativeKernelMultiDevice"},
+    {98, "CU_STREAM_WAIT_VALUE_FLUSH"},
+    {100, "pageable memory through the host's page tables"},
+    {101, "host access to managed memory"},
+    {102, "virtual memory management (cuMemCreate, cuMemMap)"},
+    {103, "POSIX file descriptor memory handles"},
+    {104, "Win32 memory handles"},
+    {105, "Win32 KMT memory handles"},
+    {107, "compressible memory (cuMemCreate)"},
+    {110, "GPUDirect RDMA with virtual memory management"},
+    {112, "sparse CUDA arrays"},
+    {114, "external timeline semaphores"},
+    {116, "GPUDirect RDMA"},
+    {117, "GPUDirect RDMA write flushing"},
+    {118, "GPUDirect RDMA write ordering"},
+    {119, "memory pool IPC handles (cuMemPoolExportToShareableHandle)"},
+    {121, "deferred-mapping CUDA arrays"},
+    {122, "64-bit stream memory operations"},
+    {123, "CU_STREAM_WAIT_VALUE_NOR"},
+    {124, "dma_buf memory handles (cuMemGetHandleForAddressRange)"},
+    {125, "IPC events (cuIpcGetEventHandle)"},
+    {128, "fabric memory handles"},
+    {132, "multicast objects (cuMulticastCreate)"},
+    {135, "D3D12 CIG"},
+    {136, "memory decompression (cuMemBatchDecompressAsync)"},
+    {137, "memory decompression (cuMemBatchDecompressAsync)"},
+    {138, "Vulkan CIG"},
+    {141, "host NUMA virtual memory management"},
+    {142, "host NUMA memory pools"},
+    {143, "host NUMA IPC"},
+    {144, "host memory pools (CU_MEM_LOCATION_TYPE_HOST)"},
+    {145, "host virtual memory management"},
+    {146, "dma_buf of page-locked host memory"},
+};
+
+}  // namespace
+
+std::span<const WithheldAttribute> withheld_attributes() { return kWithheld; }
+
+Status Backend::guest_attributes(uint32_t device, uint32_t first, int32_t* out) {
+  if (Status s = device_attributes(device, first, out); !ok(s)) return s;
+  for (const WithheldAttribute& w : kWithheld)
+    if (w.attr >= first && w.attr < first + kDeviceAttributesPerCall) out[w.attr - first] = 0;
+  return Status::kSuccess;
+}
+
 // CUdevice_attribute numbers (cuda.h; the numbering is ABI and never changes) of
 // what DeviceInfo carries. Backends that talk to a real driver override this.
 Status Backend::device_attributes(uint32_t device, uint32_t first, int32_t* out) {

@@ -65,9 +65,16 @@ int print_device_info(Backend& backend, uint32_t device) {
               (unsigned long long)d.total_global_mem);
   for (uint32_t first = 0; first < kDeviceAttributeCount; first += kDeviceAttributesPerCall) {
     int32_t a[kDeviceAttributesPerCall];
-    if (!ok(backend.device_attributes(device, first, a))) continue;
+    if (!ok(backend.guest_attributes(device, first, a))) continue;
     for (uint32_t i = 0; i < kDeviceAttributesPerCall; ++i)
       if (first + i > 0) std::printf("attr.%u=%d\n", first + i, a[i]);
+  }
+  // What the device has that guests are not shown (a native run sees it).
+  for (const WithheldAttribute& w : withheld_attributes()) {
+    int32_t a[kDeviceAttributesPerCall];
+    const uint32_t first = w.attr / kDeviceAttributesPerCall * kDeviceAttributesPerCall;
+    if (ok(backend.device_attributes(device, first, a)) && a[w.attr - first])
+      std::printf("withheld.%u=%d  # %s\n", w.attr, a[w.attr - first], w.api);
   }
   return 0;
 }

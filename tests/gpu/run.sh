@@ -176,6 +176,18 @@ diagnose() {
   fi
 }
 
+# The attributes guests are shown as 0 (features ordo does not implement,
+# src/worker/device_attributes.cc) that this device has: props may differ there only.
+withheld_attrs() {
+  "$build/src/worker/ordo-worker" --device-info "${backend[@]}" 2>/dev/null | sed -n 's/^withheld\.\([0-9]*\)=.*/\1/p'
+}
+withheld_only() {  # NATIVE ORDO: equal once both drop the withheld attributes' lines
+  local pat
+  pat="^attr\.($(withheld_attrs | paste -sd'|'))="
+  [ "$pat" = '^attr\.()=' ] && pat='^$'
+  cmp -s <(grep -Ev "$pat" "$1") <(grep -Ev "$pat" "$2")
+}
+
 if ! step programs; then
   :
 elif [ ${#progs[@]} -eq 0 ]; then
@@ -217,6 +229,11 @@ else
       result "$name" PASS "through ordo: $(paste -sd' ' "$work/$name.ordo" | cut -c1-80)"
     elif [ -n "$rehearse" ]; then
       result "$name" PASS "rehearsal, through ordo only: $(head -1 "$work/$name.ordo" | cut -c1-60)"
+    elif [ "${name%_static}" = props ] && ! withheld_only "$work/$name.native" "$work/$name.ordo"; then
+      result "$name" FAIL "properties differ from the native run beyond those ordo withholds"
+      diff "$work/$name.native" "$work/$name.ordo" | head -10 | sed 's/^/    /' | tee -a "$summary"
+    elif [ "${name%_static}" = props ]; then
+      result "$name" PASS "same properties as native but the withheld: $(withheld_attrs | paste -sd, | cut -c1-60)"
     elif ! cmp -s "$work/$name.native" "$work/$name.ordo"; then
       result "$name" FAIL "output differs from the native run"
       diff "$work/$name.native" "$work/$name.ordo" | head -10 | sed 's/^/    /' | tee -a "$summary"

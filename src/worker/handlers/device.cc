@@ -25,7 +25,7 @@ void Worker::op_DeviceAttributes(const SlotCall& c) {
   const auto a = decode<Op::DeviceAttributes>(c.e.arg);
   if (a.device >= devices_) return reply(c, Status::kInvalidDevice);
   int32_t attrs[kDeviceAttributesPerCall] = {};
-  const Status st = backend_.device_attributes(uint32_t(a.device), uint32_t(a.first), attrs);
+  const Status st = backend_.guest_attributes(uint32_t(a.device), uint32_t(a.first), attrs);
   if (ok(st)) {
     std::lock_guard lock(error_mu_);
     std::memcpy(region_.slot(c.slot).payload, attrs, sizeof attrs);
