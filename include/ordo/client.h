@@ -18,6 +18,7 @@
 namespace ordo {
 
 struct Layout;  // ordo/layout.h: the region's, for tools and tests that look inside
+struct TensorMapRequest;  // transport/tensor_map.h
 
 // A stream id (< kMaxStreams) with the generation that catches use after destroy.
 // Streams share rings when they outnumber them (ARCHITECTURE.md, "Streams and rings").
@@ -137,6 +138,8 @@ class Client {
   Status device_info(uint32_t device, DeviceInfo* out);
   // Device attributes first.. (kDeviceAttributesPerCall of them, by CUdevice_attribute number).
   Status device_attributes(uint32_t device, uint32_t first, int32_t* out);
+  // A tensor map as `device`'s driver encodes it: its 128 bytes into `map`.
+  Status tensor_map_encode(uint32_t device, const TensorMapRequest& r, void* map);
   // `shape`: LaunchShape::flags() (transport/launch_shape.h) of a cluster or
   // cooperative launch, which the caller checked against the kernel and device.
   Status launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,

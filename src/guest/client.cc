@@ -102,6 +102,9 @@ Status Client::device_info(uint32_t device, DeviceInfo* out) { return core_->dev
 Status Client::device_attributes(uint32_t device, uint32_t first, int32_t* out) {
   return core_->devices.device_attributes(device, first, out);
 }
+Status Client::tensor_map_encode(uint32_t device, const TensorMapRequest& r, void* map) {
+  return core_->devices.tensor_map_encode(device, r, map);
+}
 
 // ---- streams ---------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 #include "guest/devices.h"
 #include "transport/op_args.h"
+#include "transport/tensor_map.h"
 
 #include <algorithm>
 
@@ -71,6 +72,15 @@ Status Devices::device_attributes(uint32_t device, uint32_t first, int32_t* out)
   const Entry e = make_entry<Op::DeviceAttributes>({.device = device, .first = first});
   const Status s = threads_.call(e, nullptr, nullptr, nullptr, out, kDeviceAttributesPerCall * sizeof(int32_t));
   return threads_.finish(t, s);
+}
+
+Status Devices::tensor_map_encode(uint32_t device, const TensorMapRequest& r, void* map) {
+  ThreadState& t = threads_.current();
+  if (!map) return threads_.finish(t, Status::kInvalidValue);
+  if (device >= session_.device_count()) return threads_.finish(t, Status::kInvalidDevice);
+  const Entry e = make_entry<Op::TensorMapEncode>({.device = device});
+  const std::string request(reinterpret_cast<const char*>(&r), sizeof r);
+  return threads_.finish_own(t, threads_.call(e, nullptr, nullptr, &request, map, kTensorMapBytes));
 }
 
 Status Devices::shared_mem_limit(uint32_t device, uint64_t* limit) {

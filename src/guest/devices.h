@@ -25,6 +25,7 @@ class Devices {
   Status peer_access(uint32_t peer, PeerCmd cmd);  // enable or disable, from the current device
   Status device_info(uint32_t device, DeviceInfo* out);
   Status device_attributes(uint32_t device, uint32_t first, int32_t* out);
+  Status tensor_map_encode(uint32_t device, const TensorMapRequest& r, void* map);
   // The request alone: no last-error bookkeeping.
   Status fetch_device_info(uint32_t device, DeviceInfo* out);
   // The dynamic shared memory a launch on `device` may ask for (the device's

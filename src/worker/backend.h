@@ -29,6 +29,7 @@
 #include "ordo/layout.h"
 #include "ordo/status.h"
 #include "transport/launch_shape.h"
+#include "transport/tensor_map.h"
 
 namespace ordo {
 
@@ -145,6 +146,11 @@ class Backend {
   // for backends that cannot read the module themselves.
   virtual Status module_global(uint32_t /*module*/, uint32_t /*device*/, std::string_view /*name*/,
                                uint64_t /*size_hint*/, uint64_t* /*addr*/, uint64_t* /*size*/) {
+    return Status::kNotSupported;
+  }
+  // A tensor map (cuTensorMapEncode*, cuTensorMapReplaceAddress) as `device`'s
+  // driver makes it: 128 bytes into `out`. `r` passed check_tensor_map.
+  virtual Status tensor_map_encode(uint32_t /*device*/, const TensorMapRequest& /*r*/, std::byte* /*out*/) {
     return Status::kNotSupported;
   }
   // A device, for cudaGetDeviceProperties and friends.

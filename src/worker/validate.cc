@@ -187,6 +187,11 @@ Status check<Op::DeviceInfo>(const Args<Op::DeviceInfo>& a, const Entry&, const 
   return check_device(a.device, why);
 }
 
+template <>
+Status check<Op::TensorMapEncode>(const Args<Op::TensorMapEncode>& a, const Entry&, const Layout&, std::string* why) {
+  return check_device(a.device, why);
+}
+
 }  // namespace
 
 Status check_entry(const Entry& e, Path path, const Layout& l, std::string* why) {

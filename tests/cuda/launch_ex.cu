@@ -5,6 +5,7 @@
 // node, and the errors CUDA gives shapes that do not fit. The kernels do not
 // read their cluster: the results are the same with any shape that runs, so
 // the same program must pass natively and through ordo.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -139,6 +140,35 @@ void big_shared(int* dev, cudaStream_t s) {
   CHECK(cudaGraphDestroy(g));
 }
 
+// Occupancy with clusters, and the driver's block size search agreeing with
+// the runtime's own (cudaOccupancyMaxPotentialBlockSize is a header template
+// over the per-SM query).
+void occupancy(cudaStream_t s) {
+  cudaLaunchAttribute a = cluster(2);
+  cudaLaunchConfig_t c = config(s, &a, 1);
+  int clusters = 0, size = 0;
+  CHECK(cudaOccupancyMaxActiveClusters(&clusters, fill, &c));
+  EXPECT(clusters >= 1);
+  CHECK(cudaOccupancyMaxPotentialClusterSize(&size, fill, &c));
+  EXPECT(size >= 8 && size <= 16);  // the kernel allows non-portable sizes by now
+  int grid = 0, block = 0;
+  CHECK(cudaOccupancyMaxPotentialBlockSize(&grid, &block, fill));
+  EXPECT(grid > 0 && block > 0 && block <= 1024);
+  using Search = CUresult (*)(int*, int*, CUfunction, size_t (*)(int), size_t, int);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  CHECK(cudaGetDriverEntryPoint("cuOccupancyMaxPotentialBlockSize", &fn, cudaEnableDefault, &q));
+  cudaFunction_t f;
+  CHECK(cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(fill)));
+  int driver_grid = 0, driver_block = 0;
+  EXPECT(reinterpret_cast<Search>(fn)(&driver_grid, &driver_block, reinterpret_cast<CUfunction>(f), nullptr, 0, 0) ==
+         CUDA_SUCCESS);
+  EXPECT(driver_grid == grid && driver_block == block);
+  EXPECT(reinterpret_cast<Search>(fn)(&driver_grid, &driver_block, reinterpret_cast<CUfunction>(f), nullptr, 0, 96) ==
+         CUDA_SUCCESS);
+  EXPECT(driver_block > 0 && driver_block <= 96);
+}
+
 // A cooperative grid runs when it fits the device at once and is refused when not.
 void cooperative(int* dev, cudaStream_t s) {
   int n = kN, v = 42;
@@ -257,6 +287,7 @@ int main(int argc, char** argv) {
   clusters(dev, s1);
   cooperative(dev, s1);
   big_shared(dev, s1);
+  occupancy(s1);
   across_streams(dev, s1, s2);
   graphs(dev, s1);
   CHECK(cudaStreamDestroy(s1));

@@ -2,7 +2,8 @@
 # Writes the fuzz corpus seeds for the graph ops (GraphCreate, GraphLaunch,
 # GraphDestroy) into the folder given: inputs in fuzz_worker.cc's action
 # format that create a graph of every step kind, launch and destroy it (also
-# before its launches ran), and the refused cases. Run from the repository root.
+# before its launches ran), and the refused cases; and tensor map requests
+# (TensorMapEncode) that pass and that are refused. Run from the repository root.
 import re, struct, hashlib, os, sys
 ops=[m.group(1) for m in re.finditer(r'^ORDO_OP\((\w+),', open('include/ordo/ops.def').read(), re.M)]
 idx={n:i for i,n in enumerate(ops)}
@@ -47,6 +48,19 @@ seeds={
  'launch of a graph never made': stream+poll()+launch(7)+poll(),
  'launch with no allocation': graph_create(steps('copy memset'))+poll()+stream+launch(1)+poll()+destroy(1,0)+poll(),
 }
+def tensor_map(box0=32, kind=0):
+    # TensorMapRequest (transport/tensor_map.h): a 64x64 float tensor in 32x8 boxes.
+    r=struct.pack('<8I', kind, 7, 2, 0, 0, 0, 0, 0)+struct.pack('<Q', DEV)
+    r+=struct.pack('<5Q', 64, 64, 0, 0, 0)+struct.pack('<4Q', 256, 0, 0, 0)
+    r+=struct.pack('<5I', box0, 8, 0, 0, 0)+struct.pack('<5I', 1, 1, 0, 0, 0)
+    r+=struct.pack('<6i', 0, 0, 0, 0, 0, 0)+struct.pack('<2I', 0, 0)+b'\0'*128
+    assert len(r)==312
+    return slot_req('TensorMapEncode', [arg_small(0)]*6, extra=le(len(r),2)+r)
+seeds.update({
+ 'a tiled tensor map': tensor_map()+poll(),
+ 'a tensor map with a box row of 8 bytes refused': tensor_map(box0=2)+poll(),
+ 'a replaced address of a map never made': tensor_map(kind=3)+poll(),
+})
 out=sys.argv[1]
 for name,data in seeds.items():
     h=hashlib.sha1(data).hexdigest()

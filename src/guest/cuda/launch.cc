@@ -354,4 +354,57 @@ CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CUfunction fn, cons
   return CUDA_SUCCESS;
 }
 
+// The largest cluster the launch could have: the portable 8 blocks, or 16
+// where the kernel allows non-portable sizes, no more than the device holds.
+CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int* size, CUfunction fn, const CUlaunchConfig* config) {
+  if (!size || !config) return CUDA_ERROR_INVALID_VALUE;
+  const Function* f = function_of(fn);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
+  if (!d->attrs[CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH]) return CUDA_ERROR_NOT_SUPPORTED;
+  int per_sm = 0;
+  const int threads = int(config->blockDimX * config->blockDimY * config->blockDimZ);
+  if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&per_sm, fn, threads, config->sharedMemBytes, 0);
+      e != CUDA_SUCCESS)
+    return e;
+  const int64_t fit = int64_t{per_sm} * d->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT];
+  const int64_t most = f->non_portable_cluster.load() ? ordo::kMaxClusterBlocks : ordo::kMaxPortableClusterBlocks;
+  *size = int(std::min(fit, most));
+  return CUDA_SUCCESS;
+}
+
+// The block size that keeps the most threads resident, and the grid that fills
+// the device with it: the search cudaOccupancyMaxPotentialBlockSize does,
+// over multiples of the warp size from the largest allowed down.
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int* min_grid, int* block, CUfunction fn,
+                                                           CUoccupancyB2DSize smem_of, size_t smem, int limit,
+                                                           unsigned int flags) {
+  if (!min_grid || !block) return CUDA_ERROR_INVALID_VALUE;
+  if (!function_of(fn)) return CUDA_ERROR_INVALID_HANDLE;
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
+  const int warp = std::max(1, d->attrs[CU_DEVICE_ATTRIBUTE_WARP_SIZE]);
+  int top = d->attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK];
+  if (limit > 0) top = std::min(top, limit);
+  int best_threads = 0, best_block = 0, best_per_sm = 0;
+  for (int b = (top + warp - 1) / warp * warp; b > 0; b -= warp) {
+    const int size = std::min(b, top);
+    int per_sm = 0;
+    const size_t s = smem_of ? smem_of(size) : smem;
+    if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&per_sm, fn, size, s, flags);
+        e != CUDA_SUCCESS)
+      return e;
+    if (per_sm * size > best_threads) best_threads = per_sm * size, best_block = size, best_per_sm = per_sm;
+    if (best_threads == d->attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR]) break;  // full
+  }
+  *block = best_block;
+  *min_grid = best_per_sm * d->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT];
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int* min_grid, int* block, CUfunction fn, CUoccupancyB2DSize smem_of,
+                                                  size_t smem, int limit) {
+  return cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid, block, fn, smem_of, smem, limit, 0);
+}
+
 }  // extern "C"

@@ -132,6 +132,7 @@ class CudaBackend final : public Backend {
   Status kernel_lookup(uint32_t module, std::string_view name, uint32_t* kernel) override;
 
   Status device_info(uint32_t device, DeviceInfo* out) override;
+  Status tensor_map_encode(uint32_t device, const TensorMapRequest& r, std::byte* out) override;  // cuda_tensor_map.cc
 
   Status device_attributes(uint32_t device, uint32_t first, int32_t* out) override;
 

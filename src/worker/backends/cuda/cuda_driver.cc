@@ -12,7 +12,8 @@ void log(const char* fmt, const char* a, const char* b) {
 }
 
 bool Driver::load(std::string* error) {
-  // Asked for as of CUDA 12.0 (12.4 for cuFuncGetParamInfo): none of these
+  // Asked for as of CUDA 12.0 (12.4 for cuFuncGetParamInfo, 12.8 for
+  // cuTensorMapEncodeIm2colWide): none of these
   // changed its ABI since the version in its typedef's name.
   return get("cuModuleLoadData", 12000, &module_load_data, true, error) &&
          get("cuModuleUnload", 12000, &module_unload, true, error) &&
@@ -23,7 +24,11 @@ bool Driver::load(std::string* error) {
          get("cuCtxGetCurrent", 12000, &ctx_get_current, true, error) &&
          get("cuCtxSetCurrent", 12000, &ctx_set_current, true, error) &&
          get("cuFuncSetAttribute", 12000, &func_set_attribute, true, error) &&
-         get("cuFuncGetParamInfo", 12040, &func_get_param_info, false, error);
+         get("cuFuncGetParamInfo", 12040, &func_get_param_info, false, error) &&
+         get("cuTensorMapEncodeTiled", 12000, &tensor_map_tiled, false, error) &&
+         get("cuTensorMapEncodeIm2col", 12000, &tensor_map_im2col, false, error) &&
+         get("cuTensorMapEncodeIm2colWide", 12080, &tensor_map_im2col_wide, false, error) &&
+         get("cuTensorMapReplaceAddress", 12000, &tensor_map_replace_address, false, error);
 }
 
 }  // namespace ordo::cuda

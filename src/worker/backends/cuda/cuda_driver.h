@@ -40,6 +40,11 @@ struct Driver {
   PFN_cuCtxSetCurrent_v4000 ctx_set_current = nullptr;
   PFN_cuFuncSetAttribute_v9000 func_set_attribute = nullptr;
   PFN_cuFuncGetParamInfo_v12040 func_get_param_info = nullptr;  // optional: drivers before 12.4 lack it
+  // Tensor maps (optional: a driver without them answers guests 801).
+  PFN_cuTensorMapEncodeTiled_v12000 tensor_map_tiled = nullptr;
+  PFN_cuTensorMapEncodeIm2col_v12000 tensor_map_im2col = nullptr;
+  PFN_cuTensorMapEncodeIm2colWide_v12080 tensor_map_im2col_wide = nullptr;
+  PFN_cuTensorMapReplaceAddress_v12000 tensor_map_replace_address = nullptr;
 
   template <class F>
   static bool get(const char* name, unsigned version, F* out, bool required, std::string* error) {

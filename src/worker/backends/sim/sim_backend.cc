@@ -90,6 +90,42 @@ uint64_t coresident_blocks(Dim3 block, uint32_t shared_mem) {
   return per_sm * uint64_t(d.multi_processor_count);
 }
 
+// The sim's tensor maps: no kernel of its reads one (twins get no TMA), so
+// its format is its own: magic, the address (where ReplaceAddress changes
+// it), a hash of the rest of the request and its shape. Equal requests give
+// equal maps, as the driver's do.
+namespace {
+constexpr uint64_t kSimTensorMapMagic = 0x50414d54'6f64726full;  // "ordoTMAP"
+struct SimTensorMap {
+  uint64_t magic, address, hash;
+  uint32_t data_type, rank;
+  uint64_t dim[kMaxTensorRank], strides[kMaxTensorRank - 1];
+};
+static_assert(sizeof(SimTensorMap) <= kTensorMapBytes);
+}  // namespace
+
+Status Device::tensor_map_encode(uint32_t device, const TensorMapRequest& r, std::byte* out) {
+  if (device >= devices_) return Status::kInvalidDevice;
+  SimTensorMap m{};
+  if (TensorMapKind(r.kind) == TensorMapKind::kReplaceAddress) {
+    std::memcpy(&m, r.map, sizeof m);
+    if (m.magic != kSimTensorMapMagic) return Status::kInvalidValue;  // not a map the sim made
+    m.address = r.global_address;
+  } else {
+    TensorMapRequest rest = r;
+    rest.global_address = 0;
+    std::memset(rest.map, 0, sizeof rest.map);
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+    for (size_t i = 0; i < sizeof rest; ++i) h = (h ^ uint8_t(reinterpret_cast<const char*>(&rest)[i])) * 0x100000001b3ull;
+    m = {kSimTensorMapMagic, r.global_address, h, r.data_type, r.rank, {}, {}};
+    std::memcpy(m.dim, r.global_dim, sizeof m.dim);
+    std::memcpy(m.strides, r.global_strides, sizeof m.strides);
+  }
+  std::memset(out, 0, kTensorMapBytes);
+  std::memcpy(out, &m, sizeof m);
+  return Status::kSuccess;
+}
+
 Status Device::device_info(uint32_t device, DeviceInfo* out) {
   if (!out || device >= devices_) return Status::kInvalidValue;
   *out = sim_device_info(device);

@@ -125,6 +125,7 @@ class Device final : public Backend {
                        uint64_t* size) override;
 
   Status device_info(uint32_t device, DeviceInfo* out) override;
+  Status tensor_map_encode(uint32_t device, const TensorMapRequest& r, std::byte* out) override;
 
   // The sim is an all-to-all NVLink box: any device may reach any other once enabled.
   bool can_access_peer(uint32_t device, uint32_t peer) override;
