@@ -14,16 +14,7 @@
 
 #include "common.cuh"
 #include "expect.cuh"
-
-__global__ void fill(int* p, int n, int v) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) p[i] = v + i;
-}
-
-__global__ void add(int* p, int n, int v) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) p[i] += v;
-}
+#include "fill.cuh"
 
 // fill through dynamic shared memory.
 __global__ void fill_shared(int* p, int n, int v) {

@@ -13,20 +13,9 @@
 
 #include "common.cuh"
 #include "expect.cuh"
-
-__global__ void fill(int* p, int n, int v) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) p[i] = v + i;
-}
+#include "fill.cuh"
 
 __device__ int tag;  // one copy per device
-
-__global__ void add(int* p, int n, int v) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) p[i] += v;
-}
-
-
 
 constexpr int kDevices = 4;
 constexpr int n = 4096;
