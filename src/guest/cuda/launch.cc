@@ -170,9 +170,10 @@ CUresult func_set_attribute(CUfunction fn, CUfunction_attribute attr, int value,
 
 }  // namespace
 
-// Attributes that change nothing a program can observe here: accepted. The rest
-// (clusters, cooperative launches, launch-completion events...) change what
-// the kernel may do or what it signals, and are refused rather than dropped.
+// A cluster or a cooperative grid changes how the device runs the kernel: it
+// goes with the launch (LaunchShape). Hints and preferences change nothing a
+// program can rely on: accepted. The rest (launch-completion and programmatic
+// events) signal something ordo does not carry, and are refused rather than dropped.
 CUresult check_launch_attributes(const CUlaunchConfig* config, LaunchShape* shape) {
   LaunchShape out;
   for (unsigned i = 0; i < config->numAttrs; ++i) {
@@ -191,6 +192,8 @@ CUresult check_launch_attributes(const CUlaunchConfig* config, LaunchShape* shap
       // Stream order is kept in full; allowing overlap with the previous kernel is only permission.
       case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: continue;
       case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        // All zero, as an attribute never set reads back: no cluster.
+        if (!v.clusterDim.x && !v.clusterDim.y && !v.clusterDim.z) continue;
         if (!v.clusterDim.x || !v.clusterDim.y || !v.clusterDim.z ||
             uint64_t{v.clusterDim.x} * v.clusterDim.y * v.clusterDim.z > kMaxClusterBlocks)
           return CUDA_ERROR_INVALID_CLUSTER_SIZE;
