@@ -138,6 +138,9 @@ class Client {
   Status device_info(uint32_t device, DeviceInfo* out);
   // Device attributes first.. (kDeviceAttributesPerCall of them, by CUdevice_attribute number).
   Status device_attributes(uint32_t device, uint32_t first, int32_t* out);
+  // For a process that is ending (libcuda.so.1's destructor): the region stays
+  // mapped past this client, until Region::privatize_retained() replaces it.
+  void retain_memory_until_exit();
   // A tensor map as `device`'s driver encodes it: its 128 bytes into `map`.
   Status tensor_map_encode(uint32_t device, const TensorMapRequest& r, void* map);
   // `shape`: LaunchShape::flags() (transport/launch_shape.h) of a cluster or

@@ -32,6 +32,15 @@ class Region {
   // at `address` (a worker in the same process), shares that mapping. Call it
   // before anything holds a pointer into the region.
   bool rebase(uint64_t address, std::string* error);
+  // For a process that is ending: keeps this region's mapping (every part of
+  // it) from being unmapped when the region is destroyed, so that
+  // privatize_retained() can later put private memory in its place.
+  void retain_until_exit();
+  // Replaces each retained mapping, at once and at its address, with private
+  // zeroed memory. Threads a program leaves running past exit (NCCL's proxy
+  // threads) then touch memory of their own instead of faulting or writing
+  // into a region part another process may claim next.
+  static void privatize_retained();
 
   ~Region();
   Region(const Region&) = delete;

@@ -197,5 +197,6 @@ Status Client::get_last_error() { return core_->threads.get_last_error(); }
 Status Client::peek_last_error() { return core_->threads.peek_last_error(); }
 Status Client::sticky_error() const { return core_->session.sticky_error(); }
 const Layout& Client::layout() const { return core_->session.layout(); }
+void Client::retain_memory_until_exit() { core_->session.region().retain_until_exit(); }
 
 }  // namespace ordo

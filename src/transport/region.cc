@@ -43,6 +43,12 @@ Region::~Region() = default;
 
 namespace {
 
+std::mutex g_retained_mu;
+std::vector<std::shared_ptr<Region::Mapping>>& retained() {
+  static auto* kept = new std::vector<std::shared_ptr<Region::Mapping>>();  // never destroyed: see privatize
+  return *kept;
+}
+
 struct MappingList {
   std::mutex mu;
   std::vector<std::weak_ptr<Region::Mapping>> live;
@@ -127,6 +133,24 @@ std::unique_ptr<Region> Region::map_range(const std::string& path, uint64_t offs
   }
   r->path_ = path;
   return r;
+}
+
+void Region::retain_until_exit() {
+  std::lock_guard lock(g_retained_mu);
+  if (mapping_) retained().push_back(mapping_);
+}
+
+void Region::privatize_retained() {
+  std::lock_guard lock(g_retained_mu);
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  for (const auto& m : retained()) {
+    // MAP_FIXED replaces the range in one step: no thread ever finds it unmapped.
+    // The Mapping stays retained, so nothing unmaps the private memory either.
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(m->base) & ~(page - 1);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(m->base) + m->size + page - 1) & ~(page - 1);
+    ::mmap(reinterpret_cast<void*>(begin), end - begin, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  }
 }
 
 bool Region::rebase(uint64_t address, std::string* error) {

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <atomic>
+#include <thread>
 
 #include "common.cuh"
 
@@ -100,5 +102,16 @@ int main() {
   CHECK(cudaStreamDestroy(s));
   if (fails) return 1;
   std::printf("mapped: kernels read and write page-locked host memory at its host address\n");
+  // A thread left running past exit that still writes page-locked memory, as
+  // NCCL's proxy threads do: the process must end as it does natively.
+  int* spin = nullptr;
+  CHECK(cudaMallocHost(&spin, 4096));
+  std::atomic<bool> started{false};
+  std::thread([spin, &started] {
+    started.store(true);
+    for (uint64_t i = 0;; ++i) reinterpret_cast<volatile int*>(spin)[i % 1024] = int(i);
+  }).detach();
+  while (!started.load()) {
+  }
   return 0;
 }

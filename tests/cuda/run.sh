@@ -28,6 +28,8 @@
 #               (no export or private-table slot answering "not supported"), and the worker must
 #               name the library kernel it could not run (LIBRARY_KERNEL=0: a case that needs no
 #               kernel, which must say it ran instead)
+#
+# WORKER_ARGS: more ordo-worker arguments, e.g. a larger region (--size 512M --sessions 1).
 set -uo pipefail
 mode=$1 worker=$2 libpath=$3 twins=$4 prog=$5
 shift 5
@@ -44,8 +46,9 @@ trap cleanup EXIT
 
 start_worker() {
   rm -f "$region.ready"
+  # shellcheck disable=SC2086  # WORKER_ARGS: several words
   "$worker" --region "$region" --size 64M --backend sim --sim-kernels "$twins" --ready-file "$region.ready" \
-    --quiet "$@" 2>>"${worker_log:-/dev/stderr}" &
+    --quiet ${WORKER_ARGS:-} "$@" 2>>"${worker_log:-/dev/stderr}" &
   worker_pid=$!
   for _ in $(seq 100); do
     [ -e "$region.ready" ] && return 0

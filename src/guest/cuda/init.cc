@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "dark_api.h"
+#include "ordo/region.h"
 #include "driver.h"
 #include "proc_table.h"
 
@@ -53,9 +54,16 @@ CUresult attach() {
 }
 
 __attribute__((destructor)) void detach() {
-  // After the program's atexit handlers: nothing uses the client any more, and
-  // detaching frees this session in the worker at once.
-  delete g_client.exchange(nullptr, std::memory_order_acq_rel);
+  // After the program's atexit handlers: no call reaches the client any more,
+  // and detaching frees this session in the worker at once. Threads the
+  // program left running may still touch pinned memory (NCCL's proxy threads
+  // do), which a real driver leaves mapped until the process is gone: the
+  // region's range stays mapped, as private memory once the session is over.
+  ordo::Client* c = g_client.exchange(nullptr, std::memory_order_acq_rel);
+  if (!c) return;
+  c->retain_memory_until_exit();
+  delete c;
+  ordo::Region::privatize_retained();
 }
 
 }  // namespace
