@@ -46,6 +46,19 @@ CUresult check_smem(Function* f, unsigned smem) {
   return CUDA_SUCCESS;
 }
 
+// How many blocks of `threads` threads using `smem` bytes the current device
+// holds at once: the per-multiprocessor estimate times the multiprocessors.
+CUresult resident_blocks(CUfunction fn, uint64_t threads, size_t smem, int64_t* out) {
+  int per_sm = 0;
+  if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&per_sm, fn, int(threads), smem, 0);
+      e != CUDA_SUCCESS)
+    return e;
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
+  *out = int64_t{per_sm} * d->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT];
+  return CUDA_SUCCESS;
+}
+
 // CUDA's answer to a cluster or cooperative launch of `f` on the current
 // device. A cooperative grid is held to the guest's occupancy estimate (no
 // register counts); the driver behind the worker checks it exactly.
@@ -61,14 +74,12 @@ CUresult check_shape(const Function* f, Dim3 grid, Dim3 block, unsigned smem, co
   }
   if (shape.cooperative) {
     if (!d->attrs[CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH]) return CUDA_ERROR_NOT_SUPPORTED;
-    int per_sm = 0;
-    const int threads = int(uint64_t{block.x} * block.y * block.z);
-    if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
-            &per_sm, reinterpret_cast<CUfunction>(const_cast<Function*>(f)), threads, smem, 0);
+    int64_t fit = 0;
+    if (CUresult e = resident_blocks(reinterpret_cast<CUfunction>(const_cast<Function*>(f)),
+                                     uint64_t{block.x} * block.y * block.z, smem, &fit);
         e != CUDA_SUCCESS)
       return e;
-    if (uint64_t{grid.x} * grid.y * grid.z > uint64_t(per_sm) * uint64_t(d->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]))
-      return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+    if (uint64_t{grid.x} * grid.y * grid.z > uint64_t(fit)) return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
   }
   return CUDA_SUCCESS;
 }
@@ -346,14 +357,12 @@ CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CUfunction fn, cons
       const auto& d = config->attrs[i].value.clusterDim;
       size = std::max(1u, d.x) * std::max(1u, d.y) * std::max(1u, d.z);
     }
-  int per_sm = 0;
-  const int threads = int(config->blockDimX * config->blockDimY * config->blockDimZ);
-  if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&per_sm, fn, threads, config->sharedMemBytes, 0);
+  int64_t fit = 0;
+  if (CUresult e = resident_blocks(fn, uint64_t{config->blockDimX} * config->blockDimY * config->blockDimZ,
+                                   config->sharedMemBytes, &fit);
       e != CUDA_SUCCESS)
     return e;
-  const DeviceCache* d = nullptr;
-  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
-  *clusters = int(int64_t{per_sm} * d->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] / size);
+  *clusters = int(fit / size);
   return CUDA_SUCCESS;
 }
 
@@ -366,12 +375,11 @@ CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int* size, CUfunction fn, co
   const DeviceCache* d = nullptr;
   if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
   if (!d->attrs[CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH]) return CUDA_ERROR_NOT_SUPPORTED;
-  int per_sm = 0;
-  const int threads = int(config->blockDimX * config->blockDimY * config->blockDimZ);
-  if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&per_sm, fn, threads, config->sharedMemBytes, 0);
+  int64_t fit = 0;
+  if (CUresult e = resident_blocks(fn, uint64_t{config->blockDimX} * config->blockDimY * config->blockDimZ,
+                                   config->sharedMemBytes, &fit);
       e != CUDA_SUCCESS)
     return e;
-  const int64_t fit = int64_t{per_sm} * d->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT];
   const int64_t most = f->non_portable_cluster.load() ? ordo::kMaxClusterBlocks : ordo::kMaxPortableClusterBlocks;
   *size = int(std::min(fit, most));
   return CUDA_SUCCESS;
