@@ -115,7 +115,60 @@ float* device_floats(size_t n, float v) {
   return d;
 }
 
+// What cuBLAS asks of the driver's 21318c60 table before a GEMM on Hopper
+// (docs/CUDA.md, "Private export tables"): slot 51 gives a handle for a
+// stream, slot 39 that handle's id, which must tell streams apart (cuBLAS keeps
+// per-stream state by it). Checked through ordo only (the sim never takes
+// cuBLAS down that path): the same calls on NVIDIA's driver are its own.
+int stream_handle_slots(cudaStream_t s) {
+  constexpr CUuuid kTable = {{0x21, 0x31, char(0x8c), 0x60, char(0x97), 0x14, 0x32, 0x48, char(0x8c), char(0xa6), 0x41,
+                              char(0xff), 0x73, 0x24, char(0xc8), char(0xf2)}};
+  const void* table = nullptr;
+  CU(cuGetExportTable(&table, &kTable));
+  const auto* slots = static_cast<void* const*>(table);
+  using HandleFn = CUresult (*)(CUcontext, CUstream, void**);
+  using IdFn = CUresult (*)(CUcontext, void*, unsigned long long*);
+  const auto handle = reinterpret_cast<HandleFn>(slots[51]);
+  const auto id_of = reinterpret_cast<IdFn>(slots[39]);
+  CUcontext ctx = nullptr;
+  CU(cuCtxGetCurrent(&ctx));
+  cudaStream_t other;
+  CHECK(cudaStreamCreate(&other));
+  const CUstream streams[] = {s, other, nullptr, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, s};
+  unsigned long long ids[6];
+  void* handles[6];
+  for (int i = 0; i < 6; ++i) {
+    CU(handle(ctx, streams[i], &handles[i]));
+    CU(id_of(ctx, handles[i], &ids[i]));
+  }
+  // s twice, and stream 0 is the legacy stream: one stream, one handle, one id.
+  const bool same[6][6] = {{1, 0, 0, 0, 0, 1}, {0, 1, 0, 0, 0, 0}, {0, 0, 1, 1, 0, 0},
+                           {0, 0, 1, 1, 0, 0}, {0, 0, 0, 0, 1, 0}, {1, 0, 0, 0, 0, 1}};
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 6; ++j)
+      if ((ids[i] == ids[j]) != same[i][j] || (handles[i] == handles[j]) != same[i][j]) {
+        std::printf("FAIL stream handles %d and %d: ids %llx %llx\n", i, j, ids[i], ids[j]);
+        return 1;
+      }
+  unsigned long long public_id = 0;
+  CU(cuStreamGetId(other, &public_id));
+  if (public_id != ids[1]) {
+    std::printf("FAIL slot 39 gave %llx, cuStreamGetId %llx\n", ids[1], public_id);
+    return 1;
+  }
+  // A destroyed stream's handle names nothing.
+  CHECK(cudaStreamDestroy(other));
+  unsigned long long dead_id = 0;
+  if (const CUresult r = id_of(ctx, handles[1], &dead_id); r != CUDA_ERROR_INVALID_HANDLE) {
+    std::printf("FAIL a destroyed stream's handle gave %d, not 400\n", int(r));
+    return 1;
+  }
+  return 0;
+}
+
 int cublas(cudaStream_t s) {
+  if (expect_no_twin)
+    if (int r = stream_handle_slots(s)) return r;
   cublasHandle_t h;
   BLAS(cublasCreate(&h));
   BLAS(cublasSetStream(h, s));

@@ -10,6 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -113,6 +116,51 @@ uint32_t CUDAAPI check_zero() { return 0; }
 CUresult CUDAAPI tools_current_context(CUcontext* ctx) { return cuCtxGetCurrent(ctx); }
 CUresult CUDAAPI context_id(CUcontext ctx, unsigned long long* id) { return cuCtxGetId(ctx, id); }
 
+// The 21318c60 table's slots 51 and 39, which cuBLAS calls before its GEMMs on
+// a Hopper device (../shared/FRAMEWORKS.md): slot 51 turns a public stream into
+// an opaque handle of the driver's, slot 39 turns that handle into a 64-bit id
+// that cuBLAS keys per-stream state on, so it must differ between streams. The
+// handle is a zeroed block of ordo's (callers may read it as the driver's
+// object, which they get as zeroes) that stands for the stream's id; the id is
+// cuStreamGetId's. The legacy stream and stream 0 are one stream, one handle.
+struct StreamToken {
+  uint64_t opaque[64] = {};
+};
+struct StreamTokens {
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::unique_ptr<StreamToken>> by_id;
+  std::unordered_map<const StreamToken*, uint64_t> ids;
+};
+StreamTokens& stream_tokens() {
+  static auto* t = new StreamTokens;  // never destroyed: libraries call in from atexit handlers
+  return *t;
+}
+
+CUresult CUDAAPI stream_token(CUcontext, CUstream stream, const StreamToken** out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  unsigned long long id = 0;
+  if (CUresult e = cuStreamGetId(stream, &id); e != CUDA_SUCCESS) return e;
+  StreamTokens& t = stream_tokens();
+  std::lock_guard lock(t.mu);
+  auto& token = t.by_id[id];
+  if (!token) {
+    token = std::make_unique<StreamToken>();
+    t.ids[token.get()] = id;
+  }
+  *out = token.get();
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI stream_token_id(CUcontext, const StreamToken* token, unsigned long long* id) {
+  if (!token || !id) return CUDA_ERROR_INVALID_VALUE;
+  StreamTokens& t = stream_tokens();
+  std::lock_guard lock(t.mu);
+  auto it = t.ids.find(token);
+  if (it == t.ids.end()) return CUDA_ERROR_INVALID_HANDLE;
+  *id = it->second;
+  return CUDA_SUCCESS;
+}
+
 // The 6e163fbe table's slot 7, which cuFFT calls for each module it loads:
 // `cb(opaque, fn)` for each function of `module`, then how many there were.
 // cuFFT requires exactly its module's kernel count (and keeps the function its
@@ -161,12 +209,14 @@ Table<N> traced_table() {
 }
 
 // Asked for by cublasLt, which calls slot 4 (the context's id) everywhere and,
-// with an H200's attributes, slot 51 too: the driver's table has about 90, and
-// a short one sent cuBLAS through whatever followed it in memory (it jumped to
-// 0x40 inside cublasSgemm). Every slot exists; the unknown ones refuse.
+// with an H200's attributes, slots 51 and 39 too: the driver's table has about
+// 90, and a short one sent cuBLAS through whatever followed it in memory (it
+// jumped to 0x40 inside cublasSgemm). Every slot exists; the unknown ones refuse.
 Table<96> unknown_21318c60() {
   Table<96> t = traced_table<0x21318c60, 96>();
   t.slot[4] = FN(context_id);
+  t.slot[39] = FN(stream_token_id);
+  t.slot[51] = FN(stream_token);
   return t;
 }
 const Table<96> kUnknown21318c60 = unknown_21318c60();
@@ -245,6 +295,15 @@ void integrity_hash(const IntegrityInput& in, const DeviceHashInfo* devices, int
   outer.update(digest, 16);
   outer.finish(digest);
   std::memcpy(out, digest, 16);
+}
+
+void forget_stream_token(uint64_t stream_id) {
+  StreamTokens& t = stream_tokens();
+  std::lock_guard lock(t.mu);
+  auto it = t.by_id.find(stream_id);
+  if (it == t.by_id.end()) return;
+  t.ids.erase(it->second.get());
+  t.by_id.erase(it);
 }
 
 const void* export_table(const uint8_t uuid[16]) {

@@ -11,6 +11,10 @@ namespace ordo::driver {
 // The table with `uuid` (16 bytes), or nullptr when this library has none.
 const void* export_table(const uint8_t uuid[16]);
 
+// A destroyed stream's handle from the 21318c60 table's slot 51 (by
+// cuStreamGetId's id) is forgotten: slot 39 refuses it from then on.
+void forget_stream_token(uint64_t stream_id);
+
 // What a device contributes to the integrity check.
 struct DeviceHashInfo {
   uint8_t uuid[16];

@@ -1,5 +1,6 @@
 // Streams: creation and queries, waits on events, host functions and
 // callbacks in stream order (capture.cc has the stream-capture calls).
+#include "dark_api.h"
 #include "forwarded.h"
 #include "graph.h"
 
@@ -22,6 +23,9 @@ StreamMeta* stream_meta() {
 }
 
 CUstream to_handle(ordo::Stream s) { return reinterpret_cast<CUstream>(stream_handle(s)); }
+
+// cuStreamGetId's answer: unique over the process's life, as a slot's generation changes on reuse.
+uint64_t public_id(ordo::Stream s) { return uint64_t(s.generation) << 32 | s.id; }
 
 // `node`: what a capture records instead (a host node); null: the call
 // cannot be captured, and is refused during capture.
@@ -151,7 +155,7 @@ CUresult stream_get_id(CUstream h, unsigned long long* id, bool per_thread) {
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   ordo::Stream s;
   if (!from_handle(c, h, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
-  *id = uint64_t(s.generation) << 32 | s.id;
+  *id = public_id(s);
   return CUDA_SUCCESS;
 }
 
@@ -206,6 +210,7 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
   ordo::Stream s;
   if (!from_handle(c, stream, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
   if (any_capture()) capture_stream_destroyed(s);
+  forget_stream_token(public_id(s));
   return to_cu(c->stream_destroy(s));
 }
 

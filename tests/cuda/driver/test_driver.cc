@@ -320,6 +320,34 @@ TEST(PrivateTables, CufftModuleTable) {
   EXPECT_EQ(calls, 0);
 }
 
+// 21318c60: slot 51 turns a stream into a handle, slot 39 a handle into the
+// stream's id (cuBLAS on Hopper). Without a worker no stream exists; a handle
+// the table never gave is refused, never read.
+TEST(PrivateTables, StreamHandleSlotsRefuseWhatTheyDidNotGive) {
+  constexpr uint8_t kUuid[16] = {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48,
+                                 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2};
+  const auto* slots = static_cast<const void* const*>(ordo::driver::export_table(kUuid));
+  ASSERT_NE(slots, nullptr);
+  EXPECT_EQ(uintptr_t(slots[0]), 96 * sizeof(void*));
+  using HandleFn = CUresult (*)(CUcontext, CUstream, const void**);
+  using IdFn = CUresult (*)(CUcontext, const void*, unsigned long long*);
+  const auto handle = reinterpret_cast<HandleFn>(const_cast<void*>(slots[51]));
+  const auto id = reinterpret_cast<IdFn>(const_cast<void*>(slots[39]));
+  const void* h = nullptr;
+  EXPECT_EQ(handle(nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(handle(nullptr, nullptr, &h), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(h, nullptr);
+  unsigned long long v = 7;
+  uint64_t forged[64] = {};
+  EXPECT_EQ(id(nullptr, forged, &v), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(id(nullptr, nullptr, &v), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(id(nullptr, forged, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(v, 7u);
+  // Every other unknown slot still refuses.
+  for (int i : {1, 38, 40, 50, 52, 95})
+    EXPECT_EQ(reinterpret_cast<CUresult (*)()>(const_cast<void*>(slots[i]))(), CUDA_ERROR_NOT_SUPPORTED) << i;
+}
+
 // ---------------------------------------------------------------- the exported library
 
 void* lib() {
