@@ -213,6 +213,37 @@ TEST(Client, ClusterAndCooperativeLaunches) {
   EXPECT_EQ(c->free(d), Status::kSuccess);
 }
 
+// A kernel's attributes (Op::KernelAttributes): the sim's built-ins are host
+// code and use nothing of the device; the cuda backend's (the stacked pair)
+// are compiled, and use what their cubin says. A kernel id or device the
+// session does not have is refused, and the session goes on.
+TEST(Client, KernelAttributes) {
+  InProcessWorker w;
+  auto c = w.attach();
+  const uint32_t fill = kernel(*c, "ordo_fill_u32");
+  int32_t a[kKernelAttributeCount];
+  std::fill(a, a + kKernelAttributeCount, -7);
+  ASSERT_EQ(c->kernel_attributes(fill, 0, a), Status::kSuccess);
+  DeviceInfo d{};
+  ASSERT_EQ(c->device_info(0, &d), Status::kSuccess);
+  EXPECT_GE(a[kKernelNumRegs], 0);
+  EXPECT_LE(a[kKernelNumRegs], 255);
+  EXPECT_GT(a[kKernelMaxThreadsPerBlock], 0);
+  EXPECT_LE(a[kKernelMaxThreadsPerBlock], d.max_threads_per_block);
+  if (a[kKernelNumRegs] == 0) {
+    EXPECT_EQ(a[kKernelMaxThreadsPerBlock], d.max_threads_per_block) << "no registers, no bound";
+  }
+  EXPECT_EQ(a[kKernelSharedSizeBytes], 0);
+  EXPECT_EQ(a[kKernelBinaryVersion], d.major * 10 + d.minor);
+  EXPECT_EQ(a[kKernelMaxDynamicSharedSizeBytes], 48 * 1024);
+  EXPECT_EQ(c->kernel_attributes(1u << 30, 0, a), Status::kInvalidResourceHandle);
+  EXPECT_EQ(c->kernel_attributes(fill, 9, a), Status::kInvalidDevice);
+  EXPECT_EQ(c->kernel_attributes(fill, 0, nullptr), Status::kInvalidValue);
+  uint64_t p = 0;
+  EXPECT_EQ(c->malloc(&p, 64), Status::kSuccess) << "the session goes on";
+  EXPECT_EQ(c->free(p), Status::kSuccess);
+}
+
 // Mapped pinned memory: a kernel takes a pinned pointer as a device pointer
 // and writes the guest's memory through it, with no copy. `c` on the sim.
 void kernel_writes_pinned_memory(Client& c) {

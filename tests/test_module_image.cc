@@ -12,11 +12,13 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "nvcc_output.h"
+#include "transport/kernel_resources.h"
 #include "transport/module_image.h"
 
 namespace ordo::image {
@@ -490,6 +492,91 @@ TEST(ModuleImage, NvccCubinsStandAlone) {
     const std::string why = validate(cut);
     EXPECT_TRUE(why == "ELF section headers run past the image" || why == "ELF program headers run past the image")
         << why;
+  }
+}
+
+// ---------------------------------------------------------------- kernel resources
+
+TEST(KernelResources, NvInfoRecordsAreWalkedAndTruncationsRefused) {
+  // REGCOUNT {symbol 3, 40 registers}, a u16 record, a valueless one (4 bytes,
+  // as nvcc writes them: read as 2 once, they failed every kernel that reads
+  // blockIdx.z), a byte.
+  const Bytes b = {std::byte{4}, std::byte{0x2f}, std::byte{8}, std::byte{0}, std::byte{3}, std::byte{0},
+                   std::byte{0}, std::byte{0}, std::byte{40}, std::byte{0}, std::byte{0}, std::byte{0},
+                   std::byte{3}, std::byte{0x19}, std::byte{0x10}, std::byte{0x01}, std::byte{1}, std::byte{0x04},
+                   std::byte{0}, std::byte{0}, std::byte{2}, std::byte{0x4c}, std::byte{7}, std::byte{0}};
+  std::vector<NvInfoRecord> seen;
+  ASSERT_TRUE(walk_nv_info(b, [&](const NvInfoRecord& r) { seen.push_back(r); }));
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0].attr, 0x2f);
+  EXPECT_EQ(seen[0].value.size(), 8u);
+  EXPECT_EQ(seen[1].hval, 0x110);
+  EXPECT_EQ(seen[2].format, kNvFmtNval);
+  EXPECT_EQ(seen[3].hval, 7);
+  // Every cut inside a record with a value is refused; the value never reaches past the cut.
+  for (size_t n : {3, 4, 5, 11, 15, 23}) {  // (a lone trailing byte is no record: ignored)
+    const Bytes cut(b.begin(), b.begin() + ptrdiff_t(n));
+    EXPECT_FALSE(walk_nv_info(cut, [&](const NvInfoRecord& r) {
+      if (!r.value.empty()) {
+        EXPECT_LE(r.value.data() + r.value.size(), cut.data() + cut.size());
+      }
+    })) << n;
+  }
+  const Bytes unknown = {std::byte{9}, std::byte{1}, std::byte{0}, std::byte{0}};
+  EXPECT_FALSE(walk_nv_info(unknown, [](const NvInfoRecord&) {}));
+}
+
+TEST(KernelResources, NvccCubinsStateEachKernelsRegisters) {
+  LOAD_OR_SKIP(img, "FATBIN_DEFAULT");
+  KernelResourceMap m;
+  ASSERT_TRUE(image_resources(img, 90, &m));
+  EXPECT_EQ(m.size(), 3u) << "basic.cu has three kernels";
+  for (const auto& [name, r] : m) {
+    EXPECT_GT(r.registers, 0u) << name;
+    EXPECT_LE(r.registers, 255u) << name;
+    EXPECT_EQ(r.max_threads, 0u) << name << ": no launch bound";
+  }
+  // PTX alone: what the device compiles is its own.
+  LOAD_OR_SKIP(ptx, "PTX_TEXT");
+  KernelResourceMap none;
+  EXPECT_FALSE(image_resources(ptx, 90, &none));
+  EXPECT_TRUE(none.empty());
+}
+
+// The cuda backend's built-ins carry a cubin per architecture: the one a
+// device would load is read (the highest up to its own, else the lowest).
+TEST(KernelResources, TheCubinForTheDevicesArchitectureIsRead) {
+  LOAD_OR_SKIP(img, "CUDA_BUILTINS_FATBIN");
+  std::map<uint32_t, KernelResourceMap> by_arch;
+  FatbinReader r(img);
+  for (FatbinEntry e; r.next(&e);)
+    if (e.is(EntryKind::kElf) && !e.compressed()) {
+      ASSERT_TRUE(cubin_resources(e.payload, &by_arch[e.arch]));
+    }
+  ASSERT_GE(by_arch.size(), 3u);
+  const uint32_t lowest = by_arch.begin()->first;
+  for (uint32_t arch : {lowest - 5, lowest, lowest + 1, 90u, 91u, 200u}) {
+    KernelResourceMap m;
+    ASSERT_TRUE(image_resources(img, arch, &m)) << arch;
+    auto want = by_arch.upper_bound(arch);
+    want = want == by_arch.begin() ? by_arch.begin() : std::prev(want);
+    ASSERT_EQ(m.size(), want->second.size()) << arch;
+    for (const auto& [name, res] : m) {
+      EXPECT_EQ(res.registers, want->second.at(name).registers) << arch << " " << name;
+      EXPECT_EQ(res.shared_bytes, want->second.at(name).shared_bytes) << arch << " " << name;
+    }
+  }
+  // Any prefix of a cubin reads without reading past it (ASan builds check).
+  const auto sm90 = by_arch.find(90);
+  if (sm90 == by_arch.end()) return;
+  FatbinReader again(img);
+  for (FatbinEntry e; again.next(&e);) {
+    if (!e.is(EntryKind::kElf) || e.arch != 90 || e.compressed()) continue;
+    for (size_t n = 0; n < e.payload.size(); n += 61) {
+      const Bytes cut(e.payload.begin(), e.payload.begin() + ptrdiff_t(n));
+      KernelResourceMap m;
+      cubin_resources(cut, &m);
+    }
   }
 }
 

@@ -134,6 +134,9 @@ class Client {
   // A device variable of a loaded module, on the current device; `size_hint`
   // is its size in the module's symbol table.
   Status module_global(uint32_t module, const std::string& name, uint64_t size_hint, uint64_t* addr, uint64_t* size);
+  // A kernel's attributes on `device` (kKernelAttributeCount int32 values by
+  // CUfunction_attribute number, into `out`), as that device reports them.
+  Status kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out);
   Status device_info(DeviceInfo* out) { return device_info(current_device(), out); }
   Status device_info(uint32_t device, DeviceInfo* out);
   // Device attributes first.. (kDeviceAttributesPerCall of them, by CUdevice_attribute number).

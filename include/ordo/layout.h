@@ -25,7 +25,7 @@ namespace ordo {
 
 inline constexpr size_t kCacheLine = 64;
 inline constexpr uint64_t kMagic = 0x314745524f44524fULL;  // "ORDOREG1"
-inline constexpr uint32_t kLayoutVersion = 11;
+inline constexpr uint32_t kLayoutVersion = 12;
 inline constexpr uint32_t kMaxRings = 256;
 inline constexpr uint32_t kMaxSlots = 256;
 inline constexpr uint32_t kMaxEdges = 4;
@@ -90,6 +90,15 @@ inline constexpr size_t kSlotPayload = 512;
 inline constexpr uint32_t kDeviceAttributeCount = 256;
 inline constexpr uint32_t kDeviceAttributesPerCall = 128;
 static_assert(kDeviceAttributesPerCall * sizeof(int32_t) <= kSlotPayload && kDeviceAttributeCount % kDeviceAttributesPerCall == 0);
+
+// A kernel's attributes by CUfunction_attribute number (cuFuncGetAttribute),
+// all in one reply payload (Op::KernelAttributes).
+inline constexpr uint32_t kKernelAttributeCount = 16;
+// The numbers a backend without cuda.h fills in (libcuda.so.1 checks them against cuda.h).
+inline constexpr uint32_t kKernelMaxThreadsPerBlock = 0, kKernelSharedSizeBytes = 1, kKernelLocalSizeBytes = 3,
+                          kKernelNumRegs = 4, kKernelPtxVersion = 5, kKernelBinaryVersion = 6,
+                          kKernelMaxDynamicSharedSizeBytes = 8, kKernelPreferredSharedMemoryCarveout = 9;
+static_assert(kKernelAttributeCount * sizeof(int32_t) <= kSlotPayload);
 
 // A sync call's request: seq and the call share one cache line, so a request
 // without edges reaches the worker in one line transfer. Slot requests name no

@@ -172,6 +172,9 @@ Status Client::module_global(uint32_t module, const std::string& name, uint64_t 
                              uint64_t* size) {
   return core_->kernels.module_global(module, name, size_hint, addr, size);
 }
+Status Client::kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out) {
+  return core_->kernels.attributes(kernel, device, out);
+}
 Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
                       uint32_t shared_mem, uint16_t shape) {
   return core_->kernels.launch(kernel, grid, block, args, args_size, s, shared_mem, shape);

@@ -71,6 +71,14 @@ Status Kernels::module_global(uint32_t module, const std::string& name, uint64_t
   return threads_.finish_own(t, threads_.call(e, addr, size, &name));
 }
 
+Status Kernels::attributes(uint32_t kernel, uint32_t device, int32_t* out) {
+  ThreadState& t = threads_.current();
+  if (!out) return threads_.finish_own(t, Status::kInvalidValue);
+  // The worker checks the device against its count.
+  const Entry e = make_entry<Op::KernelAttributes>({.kernel = kernel, .device = device});
+  return threads_.finish_own(t, threads_.call(e, nullptr, nullptr, nullptr, out, kKernelAttributeCount * sizeof(int32_t)));
+}
+
 Status Kernels::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
                        uint32_t shared_mem, uint16_t shape) {
   ThreadState& t = threads_.current();

@@ -65,6 +65,10 @@ template <> struct Args<Op::HostFunc> {
   ORDO_ARGS(words, ticket)
 };
 template <> struct Args<Op::Null> { ORDO_NO_ARGS };
+template <> struct Args<Op::KernelAttributes> {
+  uint64_t kernel, device;
+  ORDO_ARGS(kernel, device)
+};
 template <> struct Args<Op::TensorMapEncode> {
   uint64_t device;  // whose context the driver encodes in
   ORDO_ARGS(device)

@@ -148,6 +148,14 @@ class Backend {
                                uint64_t /*size_hint*/, uint64_t* /*addr*/, uint64_t* /*size*/) {
     return Status::kNotSupported;
   }
+  // A kernel's attributes on `device` (cuFuncGetAttribute, CUfunction_attribute
+  // 0..kKernelAttributeCount-1; 0 for numbers the device does not know): what
+  // the device's compiled code uses (registers, local and static shared
+  // memory) and the limits that follow (threads per block). kNotSupported:
+  // the backend cannot tell, and libcuda.so.1 answers from the device's limits.
+  virtual Status kernel_attributes(uint32_t /*kernel*/, uint32_t /*device*/, int32_t* /*out*/) {
+    return Status::kNotSupported;
+  }
   // A tensor map (cuTensorMapEncode*, cuTensorMapReplaceAddress) as `device`'s
   // driver makes it: 128 bytes into `out`. `r` passed check_tensor_map.
   virtual Status tensor_map_encode(uint32_t /*device*/, const TensorMapRequest& /*r*/, std::byte* /*out*/) {

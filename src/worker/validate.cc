@@ -188,6 +188,12 @@ Status check<Op::DeviceInfo>(const Args<Op::DeviceInfo>& a, const Entry&, const 
 }
 
 template <>
+Status check<Op::KernelAttributes>(const Args<Op::KernelAttributes>& a, const Entry&, const Layout&, std::string* why) {
+  if (a.kernel > UINT32_MAX) return bad(why, "kernel id " + std::to_string(a.kernel) + " out of range", Status::kInvalidResourceHandle);
+  return check_device(a.device, why);
+}
+
+template <>
 Status check<Op::TensorMapEncode>(const Args<Op::TensorMapEncode>& a, const Entry&, const Layout&, std::string* why) {
   return check_device(a.device, why);
 }

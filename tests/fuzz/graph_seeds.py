@@ -3,7 +3,8 @@
 # GraphDestroy) into the folder given: inputs in fuzz_worker.cc's action
 # format that create a graph of every step kind, launch and destroy it (also
 # before its launches ran), and the refused cases; and tensor map requests
-# (TensorMapEncode) that pass and that are refused. Run from the repository root.
+# (TensorMapEncode) that pass and that are refused, and kernel attribute
+# requests (KernelAttributes). Run from the repository root.
 import re, struct, hashlib, os, sys
 ops=[m.group(1) for m in re.finditer(r'^ORDO_OP\((\w+),', open('include/ordo/ops.def').read(), re.M)]
 idx={n:i for i,n in enumerate(ops)}
@@ -60,6 +61,12 @@ seeds.update({
  'a tiled tensor map': tensor_map()+poll(),
  'a tensor map with a box row of 8 bytes refused': tensor_map(box0=2)+poll(),
  'a replaced address of a map never made': tensor_map(kind=3)+poll(),
+})
+def kernel_attributes(kernel, device):
+    return slot_req('KernelAttributes', [arg_small(kernel), arg_small(device)]+[arg_small(0)]*4)
+seeds.update({
+ 'a built-in kernel\'s attributes': kernel_attributes(0, 0)+poll(),
+ 'attributes of a kernel never looked up, and of a device past the count': kernel_attributes(4000, 0)+kernel_attributes(0, 40)+poll(),
 })
 out=sys.argv[1]
 for name,data in seeds.items():

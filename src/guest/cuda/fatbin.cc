@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "transport/kernel_resources.h"
 #include "transport/lz4.h"
 
 namespace ordo::driver {
@@ -20,8 +21,7 @@ bool read(std::span<const std::byte> b, uint64_t off, T* out) {
 
 constexpr uint64_t kMaxFatbin = uint64_t{1} << 32;
 
-// nv.info attribute formats and the attributes read here.
-constexpr uint8_t kFmtNval = 1, kFmtBval = 2, kFmtHval = 3, kFmtSval = 4;
+// The nv.info attributes read here (transport/kernel_resources.h walks the records).
 constexpr uint8_t kAttrKparamInfo = 0x17;
 constexpr uint8_t kAttrCbankParamSize = 0x19;
 
@@ -77,48 +77,28 @@ bool decompress(std::span<const std::byte> in, uint64_t out_size, uint64_t flags
 // One .nv.info.<kernel> section body.
 bool parse_nv_info(std::span<const std::byte> b, KernelLayout* k) {
   uint16_t cbank_size = 0;
-  bool have_cbank = false;
-  for (uint64_t i = 0; i + 2 <= b.size();) {
-    const uint8_t fmt = uint8_t(b[i]), attr = uint8_t(b[i + 1]);
-    switch (fmt) {
-      case kFmtNval:
-        i += 2;
-        break;
-      case kFmtBval:
-        i += 4;  // value byte, padded to the section's 4-byte records
-        break;
-      case kFmtHval: {
-        uint16_t v;
-        if (!read(b, i + 2, &v)) return false;
-        if (attr == kAttrCbankParamSize) {
-          cbank_size = v;
-          have_cbank = true;
-        }
-        i += 4;
-        break;
-      }
-      case kFmtSval: {
-        uint16_t len;
-        if (!read(b, i + 2, &len) || len > b.size() - i - 4) return false;
-        if (attr == kAttrKparamInfo && len >= 12) {
-          uint16_t ordinal = 0, offset = 0;
-          uint32_t word = 0;
-          read(b, i + 8, &ordinal);
-          read(b, i + 10, &offset);
-          read(b, i + 12, &word);
-          const uint32_t size = (word >> 18) & 0x3fff;
-          if (ordinal >= 4096) return false;
-          if (k->params.size() <= ordinal) k->params.resize(ordinal + 1);
-          k->params[ordinal] = {offset, size};
-          k->size = std::max(k->size, uint32_t{offset} + size);
-        }
-        i += 4 + len;
-        break;
-      }
-      default:
-        return false;  // unknown record format: nothing after it can be trusted
+  bool have_cbank = false, good = true;
+  const bool walked = image::walk_nv_info(b, [&](const image::NvInfoRecord& r) {
+    if (r.format == image::kNvFmtHval && r.attr == kAttrCbankParamSize) {
+      cbank_size = r.hval;
+      have_cbank = true;
     }
-  }
+    if (r.format != image::kNvFmtSval || r.attr != kAttrKparamInfo || r.value.size() < 12) return;
+    uint16_t ordinal = 0, offset = 0;
+    uint32_t word = 0;
+    read(r.value, 4, &ordinal);
+    read(r.value, 6, &offset);
+    read(r.value, 8, &word);
+    const uint32_t size = (word >> 18) & 0x3fff;
+    if (ordinal >= 4096) {
+      good = false;
+      return;
+    }
+    if (k->params.size() <= ordinal) k->params.resize(ordinal + 1);
+    k->params[ordinal] = {offset, size};
+    k->size = std::max(k->size, uint32_t{offset} + size);
+  });
+  if (!walked || !good) return false;
   // The constant bank's parameter size is the same number, when present.
   if (have_cbank && cbank_size != k->size) return false;
   for (const KernelParam& p : k->params)

@@ -125,34 +125,63 @@ CUresult launch(Function* f, Dim3 grid, Dim3 block, unsigned smem, CUstream stre
   return to_cu(c->launch(f->id, grid, block, buf, uint32_t(size), s, smem, shape.flags()));
 }
 
-// Function attributes: the limits of the device; per-kernel resource use
-// (registers, local memory) is the host compiler's and is not reported.
+static_assert(CU_FUNC_ATTRIBUTE_MAX == int(ordo::kKernelAttributeCount));
+static_assert(ordo::kKernelMaxThreadsPerBlock == uint32_t(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK) &&
+              ordo::kKernelSharedSizeBytes == uint32_t(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES) &&
+              ordo::kKernelLocalSizeBytes == uint32_t(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES) &&
+              ordo::kKernelNumRegs == uint32_t(CU_FUNC_ATTRIBUTE_NUM_REGS) &&
+              ordo::kKernelPtxVersion == uint32_t(CU_FUNC_ATTRIBUTE_PTX_VERSION) &&
+              ordo::kKernelBinaryVersion == uint32_t(CU_FUNC_ATTRIBUTE_BINARY_VERSION) &&
+              ordo::kKernelMaxDynamicSharedSizeBytes == uint32_t(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) &&
+              ordo::kKernelPreferredSharedMemoryCarveout == uint32_t(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT));
+
+// What device `dev` reports of the kernel: registers, local and static shared
+// memory, the threads per block they allow (the host driver's answer on a
+// GPU), fetched once per device. A backend that cannot tell (`null`) leaves
+// the device's limits: `*out` gets them, as a kernel that uses nothing.
+CUresult kernel_attrs(Function* f, CUdevice dev, std::array<int32_t, ordo::kKernelAttributeCount>* out) {
+  {
+    std::lock_guard lock(f->attrs_mu);
+    if (auto it = f->attrs.find(dev); it != f->attrs.end()) {
+      *out = it->second;
+      return CUDA_SUCCESS;
+    }
+  }
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  const DeviceCache* d = nullptr;
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
+  std::array<int32_t, ordo::kKernelAttributeCount> a{};
+  const ordo::Status s = c->kernel_attributes(f->id, uint32_t(dev), a.data());
+  if (s == ordo::Status::kNotSupported) {
+    a.fill(0);
+    a[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] = d->attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK];
+    a[CU_FUNC_ATTRIBUTE_PTX_VERSION] = a[CU_FUNC_ATTRIBUTE_BINARY_VERSION] =
+        d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] * 10 + d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR];
+  } else if (!ordo::ok(s)) {
+    return to_cu(s);
+  }
+  std::lock_guard lock(f->attrs_mu);
+  *out = f->attrs.emplace(dev, a).first->second;
+  return CUDA_SUCCESS;
+}
+
+// Function attributes: the device's answer, with what this process set
+// (cuFuncSetAttribute) over it: the settings live in the guest, which checks
+// launches against them, and reach the host driver with the launches that need them.
 CUresult func_attribute(int* value, CUfunction_attribute attr, CUfunction fn, CUdevice dev) {
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   Function* f = function_of(fn);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  const DeviceCache* d = nullptr;
-  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
-  const int cc = d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] * 10 +
-                 d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR];
+  if (attr < 0 || attr >= CU_FUNC_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+  std::array<int32_t, ordo::kKernelAttributeCount> a;
+  if (CUresult e = kernel_attrs(f, dev, &a); e != CUDA_SUCCESS) return e;
   switch (attr) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = d->attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK]; break;
-    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
-    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
-    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
-    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
-    case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
-    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
-    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
-    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
-    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *value = 0; break;
-    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: *value = f->non_portable_cluster.load(); break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = cc; break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = f->max_dynamic_smem.load(); break;
-    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *value = -1; break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: *value = f->non_portable_cluster.load(); break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *value = f->carveout.load(); break;
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *value = f->cluster_policy.load(); break;
+    default: *value = a[attr]; break;
   }
   return CUDA_SUCCESS;
 }
@@ -173,8 +202,16 @@ CUresult func_set_attribute(CUfunction fn, CUfunction_attribute attr, int value,
       if (value != 0 && value != 1) return CUDA_ERROR_INVALID_VALUE;
       f->non_portable_cluster.store(value == 1);
       return CUDA_SUCCESS;
+    // Hints: kept for reading back, as the driver keeps them.
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
-    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: return CUDA_SUCCESS;  // hints
+      if (value < -1 || value > 100) return CUDA_ERROR_INVALID_VALUE;
+      f->carveout.store(value);
+      return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+      if (value < CU_CLUSTER_SCHEDULING_POLICY_DEFAULT || value > CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING)
+        return CUDA_ERROR_INVALID_VALUE;
+      f->cluster_policy.store(value);
+      return CUDA_SUCCESS;
     default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -321,18 +358,37 @@ CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel k, CUfunc_cache, CUdevice dev) 
   return function_of(k) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
+// Blocks per multiprocessor, as the occupancy calculator counts them: limited
+// by threads, blocks, registers (allocated per warp, 256 at a time) and
+// shared memory (the kernel's static and the launch's dynamic bytes, plus
+// what the device reserves per block).
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, CUfunction fn, int block_size,
                                                                       size_t smem, unsigned int) {
   if (!blocks || block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
-  if (!function_of(fn)) return CUDA_ERROR_INVALID_HANDLE;
+  Function* f = function_of(fn);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  const CUdevice dev = this_device();
   const DeviceCache* d = nullptr;
-  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
+  std::array<int32_t, ordo::kKernelAttributeCount> a;
+  if (CUresult e = kernel_attrs(f, dev, &a); e != CUDA_SUCCESS) return e;
+  if (block_size > a[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK]) {
+    *blocks = 0;
+    return CUDA_SUCCESS;
+  }
   const int warp = std::max(1, d->attrs[CU_DEVICE_ATTRIBUTE_WARP_SIZE]);
-  const int threads = (block_size + warp - 1) / warp * warp;
-  int n = std::min(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR] / threads,
-                   d->attrs[CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR]);
-  if (smem) n = std::min<int>(n, int(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR] / smem));
-  *blocks = std::max(0, n);
+  const int warps = (block_size + warp - 1) / warp;
+  int64_t n = std::min(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR] / (warps * warp),
+                       d->attrs[CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR]);
+  if (const int64_t regs = a[CU_FUNC_ATTRIBUTE_NUM_REGS]; regs > 0) {
+    const int64_t per_block = (regs * warp + 255) / 256 * 256 * warps;
+    n = std::min<int64_t>(n, d->attrs[CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR] / per_block);
+  }
+  if (const uint64_t shared = uint64_t(a[CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES]) + smem; shared > 0) {
+    const uint64_t per_block = shared + uint64_t(d->attrs[CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK]);
+    n = std::min<int64_t>(n, int64_t(uint64_t(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR]) / per_block));
+  }
+  *blocks = int(std::max<int64_t>(0, n));
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction fn, int block_size,

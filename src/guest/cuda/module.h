@@ -3,6 +3,7 @@
 
 #include "state.h"  // first: it includes cuda.h
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -21,6 +22,11 @@ struct Function {
   uint32_t id = 0;  // the worker's kernel id
   std::atomic<int> max_dynamic_smem{48 * 1024};
   std::atomic<bool> non_portable_cluster{false};  // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+  std::atomic<int> carveout{-1};                   // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (a hint)
+  std::atomic<int> cluster_policy{0};              // CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE (a hint)
+  // What each device reports of the kernel (Op::KernelAttributes), fetched once per device.
+  std::mutex attrs_mu;
+  std::map<CUdevice, std::array<int32_t, ordo::kKernelAttributeCount>> attrs;  // under attrs_mu
 };
 
 // One loaded image: CUmodule and CUlibrary are both this.

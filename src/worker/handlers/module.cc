@@ -1,6 +1,8 @@
 // Modules and kernels: images are copied out of the pinned heap before the
 // backend parses them; a kernel id names what a launch runs.
 #include <algorithm>
+#include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
 #include <vector>
@@ -39,6 +41,18 @@ void Worker::op_KernelLookup(const SlotCall& c) {
   uint32_t id = 0;
   const Status st = backend_.kernel_lookup(module, name, &id);
   reply(c, st, id, ok(st) && !backend_.kernel_runnable(id));
+}
+
+void Worker::op_KernelAttributes(const SlotCall& c) {
+  const auto a = decode<Op::KernelAttributes>(c.e.arg);
+  if (a.device >= devices_) return reply(c, Status::kInvalidDevice);
+  int32_t attrs[kKernelAttributeCount] = {};
+  const Status st = backend_.kernel_attributes(uint32_t(a.kernel), uint32_t(a.device), attrs);  // check_entry: fits
+  if (ok(st)) {
+    std::lock_guard lock(error_mu_);  // the payload is the guest's to read after the reply
+    std::memcpy(region_.slot(c.slot).payload, attrs, sizeof attrs);
+  }
+  reply(c, st);
 }
 
 void Worker::op_ModuleGlobal(const SlotCall& c) {

@@ -133,6 +133,7 @@ class CudaBackend final : public Backend {
 
   Status device_info(uint32_t device, DeviceInfo* out) override;
   Status tensor_map_encode(uint32_t device, const TensorMapRequest& r, std::byte* out) override;  // cuda_tensor_map.cc
+  Status kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out) override;
 
   Status device_attributes(uint32_t device, uint32_t first, int32_t* out) override;
 

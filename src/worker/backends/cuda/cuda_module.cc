@@ -178,6 +178,25 @@ Status CudaBackend::module_on(uint32_t module, uint32_t device, CUmodule* out) {
   return Status::kSuccess;
 }
 
+// The driver's answers for the function on `device` (loading the module there
+// first if it never ran there). A number this driver does not know reads 0.
+Status CudaBackend::kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out) {
+  if (device >= device_count()) return Status::kInvalidDevice;
+  std::lock_guard lk(mu_);
+  uint32_t slot = 0;
+  if (!kernel_slots_.find(kernel, &slot) || kernels_[slot].fn.empty()) return Status::kInvalidResourceHandle;
+  bind(device);
+  CUfunction fn = nullptr;
+  if (Status s = function_on(kernels_[slot], device, &fn); !ok(s)) return s;
+  for (uint32_t a = 0; a < kKernelAttributeCount; ++a) {
+    int v = 0;
+    const CUresult r = drv_.func_get_attribute(&v, CUfunction_attribute(a), fn);
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE) return to_status(r);
+    out[a] = r == CUDA_SUCCESS ? v : 0;
+  }
+  return Status::kSuccess;
+}
+
 // Requires mu_ and `device` current: kernel k's function on `device`.
 Status CudaBackend::function_on(Kernel& k, uint32_t device, CUfunction* out) {
   if (!k.fn[device]) {

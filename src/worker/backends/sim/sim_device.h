@@ -54,6 +54,7 @@
 #include "sim_memory.h"
 #include "sim_registry.h"
 #include "sim_stream.h"
+#include "transport/kernel_resources.h"
 #include "worker/backend.h"
 
 namespace ordo::sim {
@@ -144,6 +145,10 @@ class Device final : public Backend {
 
   Status kernel_lookup(uint32_t module, std::string_view name, uint32_t* kernel) override;
 
+  // What the program's cubin states of the kernel (sim_module.cc): the sim
+  // runs no device code, so its device "uses" what the compiler reported.
+  Status kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out) override;
+
   // The attributes DeviceInfo carries, plus what identifies an H200 to libraries
   // that pick kernels by chip (docs/CUDA.md, "The sim's device").
   Status device_attributes(uint32_t device, uint32_t first, int32_t* out) override;
@@ -162,6 +167,10 @@ class Device final : public Backend {
     std::shared_ptr<Stream> stream;
     std::thread thread;
   };
+
+  // kernel_lookup's search of the registry, registering a module's kernel
+  // that has no twin.
+  Status find_kernel(uint32_t module, std::string_view name, uint32_t* kernel);
 
   // Requires mu_ (or construction).
   std::shared_ptr<Stream> start_stream_locked(uint32_t id, uint32_t device, bool blocking, bool legacy);
@@ -223,6 +232,8 @@ class Device final : public Backend {
   std::set<uint32_t> modules_;  // guarded by modules_mu_
   using GlobalKey = std::tuple<uint32_t, uint32_t, std::string>;  // module, device, name
   std::map<GlobalKey, std::pair<uint64_t, uint64_t>> globals_;      // -> (addr, size)
+  std::map<uint32_t, image::KernelResourceMap> module_resources_;   // by module, from its cubin; under modules_mu_
+  std::map<uint32_t, image::KernelResources> kernel_resources_;     // by kernel id, once looked up; under modules_mu_
 };
 
 }  // namespace ordo::sim

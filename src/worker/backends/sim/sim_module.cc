@@ -1,6 +1,7 @@
 // The sim's modules: it cannot run device code, so a module's kernels are its
 // registered host twins (sim_registry.h) found by name, and its variables
 // zeroed memory of their own.
+#include <algorithm>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -14,11 +15,17 @@ namespace ordo::sim {
 
 // The sim cannot run device code: a module's kernels are found by name among
 // the registered kernels (host twins, see `ordo-worker --sim-kernels`). Loading
-// only records the module id so that lookups in unknown modules fail as on a GPU.
-Status Device::module_load(uint32_t module, std::span<const std::byte>) {
+// records the module id, so that lookups in unknown modules fail as on a GPU,
+// and what its cubin for the sim's architecture says each kernel uses.
+Status Device::module_load(uint32_t module, std::span<const std::byte> image) {
   if (module == 0) return Status::kInvalidValue;
+  DeviceInfo dev;  // the sim's devices are alike
+  device_info(0, &dev);
+  image::KernelResourceMap resources;
+  image::image_resources(image, uint32_t(dev.major * 10 + dev.minor), &resources);  // PTX alone: the kernels use nothing
   std::lock_guard lk(modules_mu_);
   if (!modules_.insert(module).second) return Status::kInvalidValue;
+  module_resources_[module] = std::move(resources);
   return Status::kSuccess;
 }
 
@@ -27,6 +34,7 @@ Status Device::module_unload(uint32_t module) {
   {
     std::lock_guard lk(modules_mu_);
     if (!modules_.erase(module)) return Status::kInvalidResourceHandle;
+    module_resources_.erase(module);
     for (auto it = globals_.lower_bound({module, 0, {}}); it != globals_.end() && std::get<0>(it->first) == module;) {
       dead.push_back(it->second.first);
       it = globals_.erase(it);
@@ -62,6 +70,50 @@ Status Device::kernel_lookup(uint32_t module, std::string_view name, uint32_t* k
     std::lock_guard lk(modules_mu_);
     if (!modules_.count(module)) return Status::kInvalidResourceHandle;
   }
+  const Status st = find_kernel(module, name, kernel);
+  if (ok(st) && module != 0) {
+    // Kernel ids are the sim's by name: the module looked up last speaks for the kernel.
+    std::lock_guard lk(modules_mu_);
+    if (auto m = module_resources_.find(module); m != module_resources_.end())
+      if (auto k = m->second.find(name); k != m->second.end()) kernel_resources_[*kernel] = k->second;
+  }
+  return st;
+}
+
+// The resources the cubin states, and the limits a device derives from them:
+// threads per block bounded by __launch_bounds__ and by the register file
+// (registers are allocated per warp, in units of 256).
+Status Device::kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out) {
+  if (device >= devices_) return Status::kInvalidDevice;
+  if (kernel >= registry().count.load(std::memory_order_acquire)) return Status::kInvalidResourceHandle;
+  image::KernelResources r;
+  {
+    std::lock_guard lk(modules_mu_);
+    if (auto it = kernel_resources_.find(kernel); it != kernel_resources_.end()) r = it->second;
+  }
+  DeviceInfo dev;
+  if (Status s = device_info(device, &dev); !ok(s)) return s;
+  uint32_t threads = uint32_t(dev.max_threads_per_block);
+  if (r.max_threads) threads = std::min(threads, r.max_threads);
+  if (r.registers) {
+    const uint32_t per_warp = (r.registers * 32 + 255) / 256 * 256;
+    threads = std::min(threads, uint32_t(dev.regs_per_block) / per_warp * 32);
+  }
+  const int32_t cc = dev.major * 10 + dev.minor;
+  std::fill(out, out + kKernelAttributeCount, 0);
+  out[kKernelMaxThreadsPerBlock] = int32_t(threads);
+  out[kKernelSharedSizeBytes] = int32_t(r.shared_bytes);
+  out[kKernelLocalSizeBytes] = int32_t(r.local_bytes);
+  out[kKernelNumRegs] = int32_t(r.registers);
+  out[kKernelPtxVersion] = cc;
+  out[kKernelBinaryVersion] = cc;
+  // What every function allows until cuFuncSetAttribute raises it (libcuda.so.1 keeps that).
+  out[kKernelMaxDynamicSharedSizeBytes] = int32_t(48 * 1024 - std::min<uint32_t>(r.shared_bytes, 48 * 1024));
+  out[kKernelPreferredSharedMemoryCarveout] = -1;
+  return Status::kSuccess;
+}
+
+Status Device::find_kernel(uint32_t module, std::string_view name, uint32_t* kernel) {
   Registry& r = registry();
   {
     std::shared_lock lk(r.mu);

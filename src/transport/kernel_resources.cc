@@ -1,0 +1,144 @@
+#include "transport/kernel_resources.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "transport/module_image.h"
+
+namespace ordo::image {
+namespace {
+
+constexpr uint8_t kAttrMaxThreads = 0x05;
+constexpr uint8_t kAttrReqntid = 0x10;
+constexpr uint8_t kAttrFrameSize = 0x11;
+constexpr uint8_t kAttrRegcount = 0x2f;
+
+uint32_t u32_at(std::span<const std::byte> b, size_t off) {
+  uint32_t v = 0;
+  if (off + 4 <= b.size()) std::memcpy(&v, b.data() + off, 4);
+  return v;
+}
+
+std::string_view section_name(std::string_view names, uint32_t at) {
+  if (at >= names.size()) return {};
+  std::string_view n = names.substr(at);
+  return n.substr(0, n.find('\0'));
+}
+
+}  // namespace
+
+bool walk_nv_info(std::span<const std::byte> b, const std::function<void(const NvInfoRecord&)>& fn) {
+  for (uint64_t i = 0; i + 2 <= b.size();) {
+    NvInfoRecord r;
+    r.format = uint8_t(b[i]);
+    r.attr = uint8_t(b[i + 1]);
+    switch (r.format) {
+      case kNvFmtNval:  // its u16 unused, as nvcc writes it; a section may end without it
+        i += std::min<uint64_t>(4, b.size() - i);
+        break;
+      case kNvFmtBval:
+      case kNvFmtHval:
+        if (b.size() - i < 4) return false;
+        r.hval = r.format == kNvFmtBval ? uint16_t(b[i + 2]) : uint16_t(uint16_t(b[i + 2]) | uint16_t(b[i + 3]) << 8);
+        i += 4;
+        break;
+      case kNvFmtSval: {
+        if (b.size() - i < 4) return false;
+        const uint16_t len = uint16_t(uint16_t(b[i + 2]) | uint16_t(b[i + 3]) << 8);
+        if (len > b.size() - i - 4) return false;
+        r.value = b.subspan(i + 4, len);
+        i += 4 + len;
+        break;
+      }
+      default:
+        return false;
+    }
+    fn(r);
+  }
+  return true;
+}
+
+bool cubin_resources(std::span<const std::byte> elf, KernelResourceMap* out) {
+  const ElfReader r(elf);
+  if (!r.is_elf64() || r.section_table_error() != ElfError::kNone || r.header().shstrndx >= r.section_count())
+    return false;
+  const ElfSection strtab = r.section(r.header().shstrndx);
+  if (!strtab.inside) return false;
+  const std::string_view names(reinterpret_cast<const char*>(strtab.data.data()), strtab.data.size());
+  static constexpr std::string_view kInfo = ".nv.info.", kShared = ".nv.shared.";
+
+  // Symbol names by index, for the .nv.info records keyed by symbol.
+  std::span<const std::byte> symtab;
+  std::string_view symnames;
+  for (uint16_t i = 0; i < r.section_count(); ++i) {
+    const ElfSection s = r.section(i);
+    if (s.type != kShtSymtab || !s.inside || s.link >= r.section_count()) continue;
+    const ElfSection str = r.section(uint16_t(s.link));
+    if (!str.inside) continue;
+    symtab = s.data;
+    symnames = {reinterpret_cast<const char*>(str.data.data()), str.data.size()};
+    break;
+  }
+  auto symbol = [&](uint32_t index) -> std::string_view {
+    constexpr uint64_t kSymSize = 24;  // Elf64_Sym; st_name first
+    if (index >= symtab.size() / kSymSize) return {};
+    return section_name(symnames, u32_at(symtab, index * kSymSize));
+  };
+
+  bool good = true;
+  for (uint16_t i = 0; i < r.section_count(); ++i) {
+    const ElfSection s = r.section(i);
+    const std::string_view name = section_name(names, s.name);
+    if (name.starts_with(kShared) && s.type == kShtNobits) {
+      (*out)[std::string(name.substr(kShared.size()))].shared_bytes = uint32_t(std::min<uint64_t>(s.size, UINT32_MAX));
+      continue;
+    }
+    if (s.type != kShtCudaInfo || !name.starts_with(".nv.info")) continue;
+    if (!s.inside) return false;
+    if (name == ".nv.info") {
+      good &= walk_nv_info(s.data, [&](const NvInfoRecord& rec) {
+        if (rec.format != kNvFmtSval || rec.value.size() < 8) return;
+        if (rec.attr != kAttrRegcount && rec.attr != kAttrFrameSize) return;
+        const std::string_view kernel = symbol(u32_at(rec.value, 0));
+        if (kernel.empty()) return;
+        KernelResources& k = (*out)[std::string(kernel)];
+        (rec.attr == kAttrRegcount ? k.registers : k.local_bytes) = u32_at(rec.value, 4);
+      });
+    } else if (name.starts_with(kInfo)) {
+      KernelResources& k = (*out)[std::string(name.substr(kInfo.size()))];
+      good &= walk_nv_info(s.data, [&](const NvInfoRecord& rec) {
+        if (rec.format != kNvFmtSval || rec.value.size() < 12) return;
+        if (rec.attr != kAttrMaxThreads && rec.attr != kAttrReqntid) return;
+        const uint64_t n = uint64_t{u32_at(rec.value, 0)} * u32_at(rec.value, 4) * u32_at(rec.value, 8);
+        k.max_threads = uint32_t(std::min<uint64_t>(n, UINT32_MAX));
+      });
+    }
+  }
+  return good;
+}
+
+bool image_resources(std::span<const std::byte> image, uint32_t arch, KernelResourceMap* out) {
+  switch (classify(image)) {
+    case Format::kElf: return cubin_resources(image, out);
+    case Format::kFatbin: break;
+    default: return false;
+  }
+  // The cubin to read: the highest architecture <= arch, else the lowest.
+  std::span<const std::byte> best;
+  uint32_t best_arch = 0;
+  bool best_fits = false;
+  FatbinReader r(image);
+  for (FatbinEntry e; r.next(&e);) {
+    if (!e.is(EntryKind::kElf) || e.compressed()) continue;
+    const bool fits = e.arch <= arch;
+    const bool better = best.empty() || (fits && (!best_fits || e.arch > best_arch)) ||
+                        (!fits && !best_fits && e.arch < best_arch);
+    if (!better) continue;
+    best = e.payload;
+    best_arch = e.arch;
+    best_fits = fits;
+  }
+  return !best.empty() && cubin_resources(best, out);
+}
+
+}  // namespace ordo::image
