@@ -77,6 +77,26 @@ TEST(Fatbin, DefaultNvccOutput) {
   expect_basic_layouts(k);
 }
 
+// Every cubin of the cuda backend's built-ins gives every kernel's layout.
+// Some of them carry valueless .nv.info records, 4 bytes each as nvcc writes
+// them: read as 2, the walk lost its place and the cubin its layouts.
+TEST(Fatbin, CubinsWithValuelessRecords) {
+  if (!std::getenv("CUDA_BUILTINS_FATBIN")) GTEST_SKIP() << "no cuda backend built";
+  const auto img = load("CUDA_BUILTINS_FATBIN");
+  image::FatbinReader r(img);
+  int cubins = 0;
+  for (image::FatbinEntry e; r.next(&e);) {
+    if (!e.is(image::EntryKind::kElf) || e.compressed()) continue;
+    ++cubins;
+    KernelLayouts k;
+    std::string err;
+    ASSERT_TRUE(parse_cubin(e.payload, &k, &err)) << "sm_" << e.arch << ": " << err;
+    EXPECT_GE(k.size(), 5u) << "sm_" << e.arch;
+    EXPECT_TRUE(k.count("ordo_fill_u32")) << "sm_" << e.arch;
+  }
+  EXPECT_GE(cubins, 5);
+}
+
 TEST(Fatbin, EveryEntryCompressed) {
   if (!have_zstd()) GTEST_SKIP() << "no libzstd.so.1";
   KernelLayouts k;
