@@ -1,8 +1,9 @@
 // CUDA graphs as PyTorch, JAX and the CUDA samples use them: stream capture
 // (fork and join through events, the capture queries, the calls capture
 // forbids), the explicit graph API (kernel, memset, memcpy, host, event,
-// child-graph and empty nodes), instantiate, launch, updating an exec in
-// place, user objects and kernel node attributes. The same program must pass
+// child-graph, empty and memory nodes, and memory nodes by capture),
+// instantiate, launch, updating an exec in place, user objects and kernel
+// node attributes. The same program must pass
 // natively and through ordo.
 #include <cuda_runtime.h>
 
@@ -487,6 +488,164 @@ void user_objects_and_attributes() {
   CHECK(cudaFree(dev));
 }
 
+// Graph memory, explicitly: an allocation node whose address is known at
+// once, kernels into it, a copy out, a free node; every launch allocates and
+// frees again. Without a free node the allocation outlives the launch until
+// freed, and a relaunch before that is refused (unless instantiated to free
+// it itself). Such graphs cannot be cloned or instantiated twice at once.
+void graph_memory_nodes() {
+  std::vector<int> out(kN, -1);
+  int* keep;
+  CHECK(cudaMalloc(&keep, kBytes));
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  cudaMemAllocNodeParams ap = {};
+  ap.poolProps.allocType = cudaMemAllocationTypePinned;
+  ap.poolProps.location = {cudaMemLocationTypeDevice, 0};
+  ap.bytesize = kBytes;
+  cudaGraphNode_t alloc_node, fill_node, copy_node, free_node;
+  CHECK(cudaGraphAddMemAllocNode(&alloc_node, g, nullptr, 0, &ap));
+  int* mem = static_cast<int*>(ap.dptr);
+  EXPECT(mem != nullptr);
+  int n = kN, v = 70;
+  void* fill_args[] = {&mem, &n, &v};
+  cudaKernelNodeParams kp = {};
+  kp.func = reinterpret_cast<void*>(fill);
+  kp.gridDim = dim3(1);
+  kp.blockDim = dim3(kN);
+  kp.kernelParams = fill_args;
+  CHECK(cudaGraphAddKernelNode(&fill_node, g, &alloc_node, 1, &kp));
+  CHECK(cudaGraphAddMemcpyNode1D(&copy_node, g, &fill_node, 1, keep, mem, kBytes, cudaMemcpyDeviceToDevice));
+  CHECK(cudaGraphAddMemFreeNode(&free_node, g, &copy_node, 1, mem));
+  cudaGraphNodeType type;
+  CHECK(cudaGraphNodeGetType(alloc_node, &type));
+  EXPECT(type == cudaGraphNodeTypeMemAlloc);
+  CHECK(cudaGraphNodeGetType(free_node, &type));
+  EXPECT(type == cudaGraphNodeTypeMemFree);
+  cudaMemAllocNodeParams got = {};
+  CHECK(cudaGraphMemAllocNodeGetParams(alloc_node, &got));
+  EXPECT(got.dptr == mem && got.bytesize == kBytes && got.poolProps.location.id == 0);
+  void* freed = nullptr;
+  CHECK(cudaGraphMemFreeNodeGetParams(free_node, &freed));
+  EXPECT(freed == mem);
+  // What CUDA refuses: a second free node, a free node for other memory,
+  // cloning the graph, losing a node.
+  cudaGraphNode_t bad;
+  EXPECT(cudaGraphAddMemFreeNode(&bad, g, &free_node, 1, mem) != cudaSuccess);
+  EXPECT(cudaGraphAddMemFreeNode(&bad, g, &free_node, 1, keep) != cudaSuccess);
+  cudaGetLastError();
+  cudaGraph_t copy;
+  const cudaError_t clone = cudaGraphClone(&copy, g);
+  std::printf("graph memory: clone %d\n", int(clone));
+  EXPECT(clone != cudaSuccess);
+  cudaGetLastError();
+
+  cudaGraphExec_t x, second;
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  EXPECT(cudaGraphInstantiate(&second, g, 0) != cudaSuccess);
+  cudaGetLastError();
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int round = 0; round < 3; ++round) {
+    v = 70 + round;
+    CHECK(cudaGraphExecKernelNodeSetParams(x, fill_node, &kp));
+    CHECK(cudaGraphLaunch(x, s));  // allocated and freed within: always relaunchable
+    CHECK(cudaMemcpyAsync(out.data(), keep, kBytes, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(all_equal(out.data(), 70 + round, 1));
+  }
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaGraphDestroy(g));
+
+  // No free node: the memory outlives the launch, for stream work after it.
+  CHECK(cudaGraphCreate(&g, 0));
+  CHECK(cudaGraphAddMemAllocNode(&alloc_node, g, nullptr, 0, &ap));
+  mem = static_cast<int*>(ap.dptr);
+  v = 5;
+  CHECK(cudaGraphAddKernelNode(&fill_node, g, &alloc_node, 1, &kp));
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  CHECK(cudaGraphLaunch(x, s));
+  CHECK(cudaMemcpyAsync(out.data(), mem, kBytes, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(all_equal(out.data(), 5, 1));
+  const cudaError_t again = cudaGraphLaunch(x, s);
+  std::printf("graph memory: relaunch while allocated %d\n", int(again));
+  EXPECT(again != cudaSuccess);
+  cudaGetLastError();
+  CHECK(cudaFreeAsync(mem, s));
+  EXPECT(cudaFreeAsync(mem, s) != cudaSuccess);  // freed already
+  cudaGetLastError();
+  CHECK(cudaGraphLaunch(x, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaGraphExecDestroy(x));
+  // Instantiated to free it itself, each launch frees what the last left.
+  CHECK(cudaGraphInstantiate(&x, g, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+  CHECK(cudaGraphLaunch(x, s));
+  CHECK(cudaGraphLaunch(x, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaGraphDestroy(g));
+  // Its graph gone, the allocation the last launch left is still there until freed.
+  CHECK(cudaMemcpy(out.data(), mem, kBytes, cudaMemcpyDeviceToHost));
+  EXPECT(all_equal(out.data(), 5, 1));
+  CHECK(cudaFree(mem));
+  CHECK(cudaDeviceGraphMemTrim(0));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(keep));
+}
+
+// Graph memory by capture, as PyTorch's and JAX's stream-ordered allocators
+// make it: cudaMallocAsync and cudaFreeAsync on a capturing stream become
+// allocation and free nodes.
+void graph_memory_captured() {
+  std::vector<int> out(kN, -1);
+  int* keep;
+  CHECK(cudaMalloc(&keep, kBytes));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int n = kN;
+  int v = 11;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  int* mem = nullptr;
+  CHECK(cudaMallocAsync(&mem, kBytes, s));
+  EXPECT(mem != nullptr);
+  fill<<<1, kN, 0, s>>>(mem, n, v);
+  add<<<1, kN, 0, s>>>(mem, n, 1000);
+  CHECK(cudaMemcpyAsync(keep, mem, kBytes, cudaMemcpyDeviceToDevice, s));
+  CHECK(cudaFreeAsync(mem, s));
+  cudaGraph_t g;
+  CHECK(cudaStreamEndCapture(s, &g));
+  size_t count = 0;
+  CHECK(cudaGraphGetNodes(g, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  CHECK(cudaGraphGetNodes(g, nodes.data(), &count));
+  int allocs = 0, frees = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    CHECK(cudaGraphNodeGetType(node, &type));
+    allocs += type == cudaGraphNodeTypeMemAlloc;
+    frees += type == cudaGraphNodeTypeMemFree;
+  }
+  EXPECT(count == 5 && allocs == 1 && frees == 1);
+  cudaGraphExec_t x;
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  for (int round = 0; round < 3; ++round) {
+    CHECK(cudaMemsetAsync(keep, 0, kBytes, s));
+    CHECK(cudaGraphLaunch(x, s));
+    CHECK(cudaMemcpyAsync(out.data(), keep, kBytes, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(all_equal(out.data(), 1011, 1));
+  }
+  unsigned long long used = 0;
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
+  EXPECT(used >= kBytes);
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaDeviceGraphMemTrim(0));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(keep));
+}
+
 }  // namespace
 
 int main() {
@@ -497,6 +656,8 @@ int main() {
   explicit_graph();
   exec_launches_in_order();
   user_objects_and_attributes();
+  graph_memory_nodes();
+  graph_memory_captured();
   std::printf("%s\n", failures ? "FAILED" : "OK");
   return failures ? 1 : 0;
 }

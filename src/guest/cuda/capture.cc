@@ -144,6 +144,11 @@ CUresult begin_capture(CUstream h, CUgraph into, const CUgraphNode* deps, size_t
 
 // ================================================================ hooks for the stream work
 
+Graph* capturing_graph(ordo::Stream s) {
+  Capture* cap = capture_of(s);
+  return cap && !cap->invalidated ? cap->graph : nullptr;
+}
+
 bool capture_work(ordo::Client* c, ordo::Stream s, NodeWork&& w, CUresult* r) {
   std::lock_guard lock(graph_mutex());
   if (legacy_conflict(c, s, r)) return true;

@@ -47,6 +47,18 @@ struct GraphExec {
   std::map<UserObject*, unsigned> user_objects;  // the graph's, retained at instantiate
   bool launched = false;
   uint32_t id = 0;
+  // The graph it was made from (Graph::live_execs counts it), compared by id
+  // before use: it may be gone, and its address reused.
+  Graph* source = nullptr;
+  uint32_t source_id = 0;
+  // Its memory nodes' steps, in launch order (graph_memory_launch).
+  std::vector<const NodeWork*> memory_steps() const {
+    std::vector<const NodeWork*> out;
+    for (const ExecStep& st : steps)
+      if (st.work.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || st.work.type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+        out.push_back(&st.work);
+    return out;
+  }
 };
 
 GraphExec* live_exec(CUgraphExec h) {
@@ -130,6 +142,15 @@ CUresult instantiate(CUgraphExec* out, CUgraph h, unsigned long long flags, CUgr
   x->flags = flags;
   if (CUresult e = cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING); e != CUDA_SUCCESS) return e;
   std::lock_guard lock(graph_mutex());
+  Graph* g = graph_of(h);
+  // A graph with memory nodes has one exec at a time: its allocations are the exec's.
+  if (!g || (g->live_execs && has_memory_nodes(*g))) {
+    cuEventDestroy_v2(x->done);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  ++g->live_execs;
+  x->source = g;
+  x->source_id = g->id;
   live_handles().insert(x.get());
   *out = reinterpret_cast<CUgraphExec>(x.release());
   return CUDA_SUCCESS;
@@ -147,6 +168,9 @@ CUgraphExecUpdateResult same_shape(const std::vector<ExecStep>& a, const std::ve
     *at = i;
     if (a[i].work.type != b[i].work.type) return CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
     if (a[i].deps != b[i].deps) return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    // Memory nodes keep their allocation: another graph's cannot take their place.
+    if (a[i].work.alloc != b[i].work.alloc || a[i].work.free != b[i].work.free)
+      return CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED;
   }
   return CU_GRAPH_EXEC_UPDATE_SUCCESS;
 }
@@ -267,7 +291,10 @@ void make_plan(ordo::Client* c, GraphExec* x) {
   };
   for (size_t i = 0; i < x->steps.size(); ++i) {
     const ExecStep& st = x->steps[i];
-    if (!st.enabled || st.work.type == CU_GRAPH_NODE_TYPE_EMPTY) continue;
+    // Memory nodes are the launch's bookkeeping (graph_memory_launch), no stream work.
+    if (!st.enabled || st.work.type == CU_GRAPH_NODE_TYPE_EMPTY || st.work.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
+        st.work.type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+      continue;
     if (device_steps(c, st.work, &run)) {
       in_run.push_back(i);
     } else {
@@ -358,6 +385,11 @@ CUresult graph_launch(CUgraphExec hx, CUstream stream, bool per_thread) {
     // their edges allow), and the graph being captured orders its launches.
     CUresult r = CUDA_SUCCESS;
     if (capture_refuses_legacy(c, s, &r)) return r;
+    {
+      // Its memory nodes would become a second graph's: CUDA nests such graphs only by moving them.
+      std::lock_guard lock(graph_mutex());
+      if (capturing_graph(s) && !x->memory_steps().empty()) return CUDA_ERROR_NOT_SUPPORTED;
+    }
     bool captured = false;
     for (const ExecStep& st : x->steps)
       if (st.enabled && capture_work(c, s, st.work.clone(), &r)) {
@@ -366,6 +398,9 @@ CUresult graph_launch(CUgraphExec hx, CUstream stream, bool per_thread) {
       }
     if (captured) return CUDA_SUCCESS;
   }
+  if (CUresult e = graph_memory_launch(x->memory_steps(), x->flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+      e != CUDA_SUCCESS)
+    return e;
   if (x->launched && x->last_stream != key)
     if (CUresult e = stream_wait_event(to_stream(s), x->done, 0, false); e != CUDA_SUCCESS) return e;
   if (!x->planned) make_plan(c, x);
@@ -455,6 +490,7 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hx) {
     x = live_exec(hx);
     if (!x) return CUDA_ERROR_INVALID_VALUE;
     live_handles().erase(x);
+    if (live_graph(x->source) && x->source->id == x->source_id) --x->source->live_execs;
   }
   // Neither waits for the exec's launches: CUDA lets a launched exec be
   // destroyed, and its work still runs (Client::graph_destroy, cuEventDestroy).

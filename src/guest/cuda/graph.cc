@@ -64,6 +64,8 @@ const char* node_type_name(CUgraphNodeType t) {
     case CU_GRAPH_NODE_TYPE_EMPTY: return "EMPTY";
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return "WAIT_EVENT";
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return "EVENT_RECORD";
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return "MEM_ALLOC";
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: return "MEM_FREE";
     default: return "OTHER";
   }
 }
@@ -132,6 +134,7 @@ CUresult dependencies(CUgraph hg, const CUgraphNode* from, const CUgraphNode* to
   std::lock_guard lock(graph_mutex());
   Graph* g = graph_of(hg);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
+  if (!add_them && n && has_memory_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA: its edges stay
   for (size_t i = 0; i < n; ++i) {
     GraphNode* a = live_node(from[i]);
     GraphNode* b = live_node(to[i]);
@@ -171,6 +174,8 @@ NodeWork NodeWork::clone() const {
   w.host = host;
   w.event = event;
   w.attrs = attrs;
+  w.alloc = alloc;
+  w.free = free;
   if (child) w.child.reset(clone_graph(*child, nullptr));
   return w;
 }
@@ -237,6 +242,7 @@ CUresult CUDAAPI cuGraphClone(CUgraph* out, CUgraph hg) {
   std::lock_guard lock(graph_mutex());
   const Graph* g = graph_of(hg);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
+  if (has_memory_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;  // an allocation belongs to one graph
   *out = reinterpret_cast<CUgraph>(clone_graph(*g, nullptr));
   return CUDA_SUCCESS;
 }
@@ -315,6 +321,7 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hn) {
   GraphNode* n = live_node(hn);
   if (!n) return CUDA_ERROR_INVALID_VALUE;
   Graph* g = n->graph;
+  if (has_memory_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA: its nodes stay
   for (auto& o : g->nodes) o->deps.erase(std::remove(o->deps.begin(), o->deps.end(), n), o->deps.end());
   live_handles().erase(n);
   if (n->work.child) forget(n->work.child.get());

@@ -19,6 +19,8 @@
 namespace ordo::driver {
 
 struct Graph;
+struct GraphAllocation;  // graph_memory.cc: the memory an allocation node made
+struct GraphFree;        // graph_memory.cc: a free node's claim on an allocation
 
 // What one node does. `type` says which fields count.
 struct NodeWork {
@@ -33,6 +35,9 @@ struct NodeWork {
   CUDA_HOST_NODE_PARAMS host{};   // CU_GRAPH_NODE_TYPE_HOST
   CUevent event = nullptr;        // CU_GRAPH_NODE_TYPE_EVENT_RECORD, CU_GRAPH_NODE_TYPE_WAIT_EVENT
   std::unique_ptr<Graph> child;   // CU_GRAPH_NODE_TYPE_GRAPH: the node's own graph
+  // CU_GRAPH_NODE_TYPE_MEM_ALLOC and _MEM_FREE: shared with the node's copies in execs.
+  std::shared_ptr<GraphAllocation> alloc;
+  std::shared_ptr<GraphFree> free;
   // A kernel node's launch attributes (cuGraphKernelNodeSetAttribute): those a
   // launch accepts, kept for GetAttribute; none changes what the kernel does here.
   std::map<int, CUlaunchAttributeValue> attrs;
@@ -65,6 +70,7 @@ struct Graph {
   std::vector<std::unique_ptr<GraphNode>> nodes;  // in the order they were added
   uint32_t id = 0;
   std::map<UserObject*, unsigned> user_objects;  // references it holds (cuGraphRetainUserObject)
+  unsigned live_execs = 0;  // execs made from it: one at most while it has memory nodes
 };
 
 // User objects (user_object.cc): `count` references more, or fewer; the last
@@ -117,6 +123,27 @@ void kernel_arg_pointers(GraphNode* n);
 // Runs `w` as stream work on `stream` (graph.cc): what a launch does per node.
 CUresult run_work(const NodeWork& w, CUstream stream, bool per_thread);
 
+// ---------------------------------------------------------------- graph memory (graph_memory.cc)
+
+// An allocation node's work, for graph `g`: p->bytesize bytes on p's device,
+// made now (the address, in p->dptr, is fixed for the node's life).
+CUresult mem_alloc_node_work(const Graph* g, CUDA_MEM_ALLOC_NODE_PARAMS* p, NodeWork* w);
+// A free node's work, in graph `g`: CUDA_ERROR_INVALID_VALUE unless dptr is an
+// allocation node's memory that no free node frees yet.
+CUresult mem_free_node_work(const Graph* g, CUdeviceptr dptr, NodeWork* w);
+CUresult mem_alloc_node_params(const NodeWork& w, CUDA_MEM_ALLOC_NODE_PARAMS* out);
+CUdeviceptr mem_free_node_address(const NodeWork& w);
+// Whether `g` (or a child graph) has memory nodes: such a graph cannot be
+// cloned, nested, instantiated twice at once, or lose nodes or edges.
+bool has_memory_nodes(const Graph& g);
+// A launch reaching these steps' memory nodes, in order: CUDA_ERROR_INVALID_VALUE
+// (and nothing changed) for an allocation still allocated (unless `auto_free`)
+// or a free of one that is not.
+CUresult graph_memory_launch(const std::vector<const NodeWork*>& steps, bool auto_free);
+// cuMemFree(Async) of `dptr`: false if it is not graph memory; else *r.
+bool graph_memory_free(CUdeviceptr dptr, CUresult* r);
+bool is_graph_memory(CUdeviceptr dptr);
+
 // ---------------------------------------------------------------- stream capture (capture.cc)
 
 // Capture sequences under way, in every thread: while none is, an async call
@@ -145,6 +172,8 @@ void capture_event_destroyed(CUevent e);
 bool capture_forbids_wait(ordo::Client* c, ordo::Stream s, CUresult* r);
 // cuEventSynchronize/Query of an event recorded into a capture: forbidden.
 bool capture_forbids_event_wait(CUevent e, CUresult* r);
+// Under graph_mutex(): the graph `s` captures into, or null (not capturing, or invalidated).
+Graph* capturing_graph(ordo::Stream s);
 // Calls that capture cannot see but a captured sequence might depend on
 // (cuMemAlloc, cuMemFree, cuCtxSynchronize...): CUDA_SUCCESS, or
 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED when the calling thread's capture mode

@@ -51,6 +51,7 @@ CUresult work_of(const CUgraphNodeParams* p, NodeWork* w) {
     case CU_GRAPH_NODE_TYPE_GRAPH: {
       const Graph* child = graph_of(p->graph.graph);
       if (!child) return CUDA_ERROR_INVALID_VALUE;
+      if (has_memory_nodes(*child)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA nests those only by moving them
       w->child.reset(clone_graph(*child, nullptr));
       return CUDA_SUCCESS;
     }
@@ -181,6 +182,11 @@ CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* out, CUgraph g, const CUgraphNod
   for (size_t i = 0; data && i < n; ++i)
     if (data[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || data[i].from_port || data[i].to_port)
       return CUDA_ERROR_NOT_SUPPORTED;
+  if (params && params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+    static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS_v2) == sizeof(CUDA_MEM_ALLOC_NODE_PARAMS_v1));
+    return cuGraphAddMemAllocNode(out, g, deps, n, reinterpret_cast<CUDA_MEM_ALLOC_NODE_PARAMS*>(&params->alloc));
+  }
+  if (params && params->type == CU_GRAPH_NODE_TYPE_MEM_FREE) return cuGraphAddMemFreeNode(out, g, deps, n, params->free.dptr);
   std::lock_guard lock(graph_mutex());
   NodeWork w;
   if (CUresult e = work_of(params, &w); e != CUDA_SUCCESS) return e;
@@ -307,11 +313,49 @@ CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* out, CUgraph g, const CUgraphN
   return add(out, g, deps, n, NodeWork{});
 }
 
+// Memory nodes (graph_memory.cc): the allocation is made with its node, so
+// its address is known at once, as CUDA promises.
+CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* out, CUgraph h, const CUgraphNode* deps, size_t n,
+                                        CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+  if (!out || !p) return CUDA_ERROR_INVALID_VALUE;
+  const Graph* g = nullptr;
+  {
+    std::lock_guard lock(graph_mutex());
+    if (!(g = graph_of(h))) return CUDA_ERROR_INVALID_VALUE;
+  }
+  NodeWork w;  // made outside the lock: it asks the worker for the memory
+  if (CUresult e = mem_alloc_node_work(g, p, &w); e != CUDA_SUCCESS) return e;
+  std::lock_guard lock(graph_mutex());
+  return add(out, h, deps, n, std::move(w));
+}
+CUresult CUDAAPI cuGraphMemAllocNodeGetParams(CUgraphNode hn, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hn, CU_GRAPH_NODE_TYPE_MEM_ALLOC, [p](GraphNode* n) { return mem_alloc_node_params(n->work, p); });
+}
+CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* out, CUgraph h, const CUgraphNode* deps, size_t n,
+                                       CUdeviceptr dptr) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(graph_mutex());
+  const Graph* g = graph_of(h);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  NodeWork w;
+  if (CUresult e = mem_free_node_work(g, dptr, &w); e != CUDA_SUCCESS) return e;
+  return add(out, h, deps, n, std::move(w));
+}
+CUresult CUDAAPI cuGraphMemFreeNodeGetParams(CUgraphNode hn, CUdeviceptr* dptr) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hn, CU_GRAPH_NODE_TYPE_MEM_FREE, [dptr](GraphNode* n) {
+    *dptr = mem_free_node_address(n->work);
+    return CUDA_SUCCESS;
+  });
+}
+
 CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
                                           CUgraph child) {
   std::lock_guard lock(graph_mutex());
   const Graph* c = graph_of(child);
   if (!c) return CUDA_ERROR_INVALID_VALUE;
+  if (has_memory_nodes(*c)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA nests those only by moving them
   NodeWork w;
   w.type = CU_GRAPH_NODE_TYPE_GRAPH;
   w.child.reset(clone_graph(*c, nullptr));

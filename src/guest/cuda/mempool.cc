@@ -73,10 +73,28 @@ CUresult mem_alloc_from_pool_async(CUdeviceptr* ptr, size_t size, CUmemoryPool p
   if (CUresult e = stream_get_device(stream, &stream_dev, per_thread); e != CUDA_SUCCESS) return e;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
   if (any_capture()) {
-    // Graphs here have no memory nodes: a capturing stream refuses the
-    // allocation (and the capture ends invalid) rather than making it now.
+    // Captured, the allocation is a memory node of the capture's graph
+    // (graph_memory.cc), in the device's graph memory rather than the pool.
     ordo::Stream s;
     if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+    const Graph* g = nullptr;
+    {
+      std::lock_guard lock(graph_mutex());
+      g = capturing_graph(s);
+    }
+    if (g) {
+      CUDA_MEM_ALLOC_NODE_PARAMS node{};
+      node.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+      node.poolProps.location = {CU_MEM_LOCATION_TYPE_DEVICE, p->device};
+      node.bytesize = size;
+      NodeWork w;
+      if (CUresult e = mem_alloc_node_work(g, &node, &w); e != CUDA_SUCCESS) return e;
+      CUresult r = CUDA_SUCCESS;
+      if (capture_work(c, s, std::move(w), &r)) {
+        if (r == CUDA_SUCCESS) *ptr = node.dptr;
+        return r;
+      }
+    }
     if (CUresult r; capture_forbids_wait(c, s, &r)) return r;
   }
   uint64_t addr = 0;
@@ -105,8 +123,27 @@ CUresult mem_alloc_async(CUdeviceptr* ptr, size_t size, CUstream stream, bool pe
 }
 
 CUresult mem_free_async(CUdeviceptr ptr, CUstream stream, bool per_thread) {
-  if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   if (!ptr) return CUDA_ERROR_INVALID_VALUE;
+  if (is_graph_memory(ptr)) {
+    // Graph memory: captured, a free node of the capture's graph; else freed
+    // in stream order, which here is bookkeeping (graph_memory.cc).
+    ordo::Stream s;
+    if (!from_handle(c, stream, per_thread, &s)) return CUDA_ERROR_INVALID_HANDLE;
+    if (any_capture()) {
+      std::unique_lock lock(graph_mutex());
+      if (const Graph* g = capturing_graph(s)) {
+        NodeWork w;
+        if (CUresult e = mem_free_node_work(g, ptr, &w); e != CUDA_SUCCESS) return e;
+        lock.unlock();
+        CUresult r = CUDA_SUCCESS;
+        if (capture_work(c, s, std::move(w), &r)) return r;
+      }
+    }
+    CUresult r = CUDA_SUCCESS;
+    if (graph_memory_free(ptr, &r)) return r;
+  }
   if (CUresult e = stream_synchronize(stream, per_thread); e != CUDA_SUCCESS) return e;
   if (CUresult e = free_device_memory(ptr); e != CUDA_SUCCESS) return e;
   std::lock_guard<std::mutex> l(pools().mu);
