@@ -543,6 +543,118 @@ TEST(KernelResources, NvccCubinsStateEachKernelsRegisters) {
   EXPECT_TRUE(none.empty());
 }
 
+// A cubin made of `sections` (name, type, bytes, sh_link, NOBITS size), after
+// the null section and .shstrtab (section 1).
+struct Section {
+  std::string name;
+  uint32_t type;
+  Bytes data;
+  uint32_t link = 0;
+  uint64_t nobits_size = 0;
+};
+Bytes cubin_of(const std::vector<Section>& sections) {
+  Bytes b(64);
+  std::memcpy(b.data(), "\x7f" "ELF", 4);
+  b[4] = std::byte{2};
+  b[5] = std::byte{1};
+  std::string names(1, '\0');
+  std::vector<uint32_t> name_at;
+  for (const Section& s : sections) {
+    name_at.push_back(uint32_t(names.size()));
+    names += s.name + '\0';
+  }
+  const uint32_t shstrtab_name = uint32_t(names.size());
+  names += ".shstrtab";
+  names += '\0';
+  std::vector<std::pair<uint64_t, uint64_t>> at;  // offset, size of each section's bytes
+  auto append = [&b](const void* p, size_t n) {
+    const size_t o = b.size();
+    b.resize(o + n);
+    if (n) std::memcpy(b.data() + o, p, n);
+    return o;
+  };
+  const size_t names_off = append(names.data(), names.size());
+  for (const Section& s : sections) at.push_back({append(s.data.data(), s.data.size()), s.data.size()});
+  b.resize((b.size() + 7) / 8 * 8);
+  const size_t shoff = b.size();
+  const uint16_t shnum = uint16_t(sections.size() + 2);
+  b.resize(shoff + size_t(shnum) * 64);
+  put<uint64_t>(b, 0x28, shoff);
+  put<uint16_t>(b, 0x3a, 64);
+  put<uint16_t>(b, 0x3c, shnum);
+  put<uint16_t>(b, 0x3e, 1);
+  auto sh = [&](size_t i, uint32_t name, uint32_t type, uint64_t off, uint64_t size, uint32_t link) {
+    put<uint32_t>(b, shoff + i * 64, name);
+    put<uint32_t>(b, shoff + i * 64 + 4, type);
+    put<uint64_t>(b, shoff + i * 64 + 24, off);
+    put<uint64_t>(b, shoff + i * 64 + 32, size);
+    put<uint32_t>(b, shoff + i * 64 + 40, link);
+  };
+  sh(1, shstrtab_name, 3, names_off, names.size(), 0);
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const Section& s = sections[i];
+    sh(i + 2, name_at[i], s.type, at[i].first, s.type == kShtNobits ? s.nobits_size : at[i].second, s.link);
+  }
+  return b;
+}
+
+Bytes sval(uint8_t attr, std::initializer_list<uint32_t> words) {
+  Bytes r = {std::byte{4}, std::byte{attr}, std::byte(words.size() * 4), std::byte{0}};
+  for (uint32_t w : words)
+    for (int i = 0; i < 4; ++i) r.push_back(std::byte(w >> (8 * i)));
+  return r;
+}
+
+Bytes symtab(size_t count, uint32_t name_step) {
+  Bytes t(24 * count);  // Elf64_Sym: st_name first
+  for (size_t i = 0; i < count; ++i) put<uint32_t>(t, i * 24, uint32_t(i) * name_step);
+  return t;
+}
+
+// What an image claims is bounded before anyone computes with it: a device
+// has 255 registers per thread at most, a block 1024 threads.
+TEST(KernelResources, ClaimsAreBounded) {
+  Bytes info = sval(0x2f, {1, 0x08000000});  // REGCOUNT of symbol 1
+  const Bytes frame = sval(0x11, {1, 0xffffffff});
+  info.insert(info.end(), frame.begin(), frame.end());
+  const std::string strtab = std::string("\0k\0", 3);
+  const Bytes img = cubin_of({
+      {".strtab", 3, Bytes(reinterpret_cast<const std::byte*>(strtab.data()),
+                           reinterpret_cast<const std::byte*>(strtab.data()) + strtab.size())},
+      {".symtab", kShtSymtab, symtab(2, 1), 2},  // links .strtab (section 2)
+      {".nv.info", kShtCudaInfo, info},
+      {".nv.info.k", kShtCudaInfo, sval(0x05, {0xffffffff, 0xffffffff, 0xffffffff})},
+      {".nv.shared.k", kShtNobits, {}, 0, uint64_t{1} << 40},
+  });
+  KernelResourceMap m;
+  ASSERT_TRUE(cubin_resources(img, &m));
+  ASSERT_EQ(m.count("k"), 1u);
+  const KernelResources& k = m.at("k");
+  EXPECT_EQ(k.registers, 255u);
+  EXPECT_EQ(k.local_bytes, 1u << 30);
+  EXPECT_EQ(k.shared_bytes, 1u << 30);
+  EXPECT_EQ(k.max_threads, 1025u);
+}
+
+// A symbol table whose names never end would make every symbol a name as
+// long as the table: names are bounded, and one without its NUL is none.
+TEST(KernelResources, NamesWithoutEndsAreNoNames) {
+  const Bytes strtab(1 << 16, std::byte{'a'});
+  Bytes info;
+  for (uint32_t i = 0; i < 2000; ++i) {
+    const Bytes r = sval(0x2f, {i, 32});
+    info.insert(info.end(), r.begin(), r.end());
+  }
+  const Bytes img = cubin_of({
+      {".strtab", 3, strtab},
+      {".symtab", kShtSymtab, symtab(2000, 7), 2},
+      {".nv.info", kShtCudaInfo, info},
+  });
+  KernelResourceMap m;
+  EXPECT_TRUE(cubin_resources(img, &m));
+  EXPECT_TRUE(m.empty());
+}
+
 // The cuda backend's built-ins carry a cubin per architecture: the one a
 // device would load is read (the highest up to its own, else the lowest).
 TEST(KernelResources, TheCubinForTheDevicesArchitectureIsRead) {

@@ -13,6 +13,16 @@ constexpr uint8_t kAttrReqntid = 0x10;
 constexpr uint8_t kAttrFrameSize = 0x11;
 constexpr uint8_t kAttrRegcount = 0x2f;
 
+// What a hostile image can make the reader keep: names are bounded (a table
+// without a NUL names nothing), and so is the number of kernels.
+constexpr size_t kMaxName = 4096;
+constexpr size_t kMaxKernels = 1 << 16;
+// Bounds of the values themselves (a device has at most 255 registers per
+// thread), so that what a device derives from them cannot overflow.
+constexpr uint32_t kMaxRegisters = 255;
+constexpr uint32_t kMaxBytes = 1u << 30;
+constexpr uint64_t kMaxBlockDim = 1024;
+
 uint32_t u32_at(std::span<const std::byte> b, size_t off) {
   uint32_t v = 0;
   if (off + 4 <= b.size()) std::memcpy(&v, b.data() + off, 4);
@@ -21,8 +31,17 @@ uint32_t u32_at(std::span<const std::byte> b, size_t off) {
 
 std::string_view section_name(std::string_view names, uint32_t at) {
   if (at >= names.size()) return {};
-  std::string_view n = names.substr(at);
-  return n.substr(0, n.find('\0'));
+  const std::string_view n = names.substr(at, kMaxName + 1);
+  const size_t end = n.find('\0');
+  return end == std::string_view::npos ? std::string_view{} : n.substr(0, end);
+}
+
+// The kernel's entry, made if there is room; null if not.
+KernelResources* entry(KernelResourceMap* out, std::string_view name) {
+  if (name.empty()) return nullptr;
+  if (auto it = out->find(name); it != out->end()) return &it->second;
+  if (out->size() >= kMaxKernels) return nullptr;
+  return &out->emplace(std::string(name), KernelResources{}).first->second;
 }
 
 }  // namespace
@@ -90,7 +109,8 @@ bool cubin_resources(std::span<const std::byte> elf, KernelResourceMap* out) {
     const ElfSection s = r.section(i);
     const std::string_view name = section_name(names, s.name);
     if (name.starts_with(kShared) && s.type == kShtNobits) {
-      (*out)[std::string(name.substr(kShared.size()))].shared_bytes = uint32_t(std::min<uint64_t>(s.size, UINT32_MAX));
+      if (KernelResources* k = entry(out, name.substr(kShared.size())))
+        k->shared_bytes = uint32_t(std::min<uint64_t>(s.size, kMaxBytes));
       continue;
     }
     if (s.type != kShtCudaInfo || !name.starts_with(".nv.info")) continue;
@@ -99,18 +119,20 @@ bool cubin_resources(std::span<const std::byte> elf, KernelResourceMap* out) {
       good &= walk_nv_info(s.data, [&](const NvInfoRecord& rec) {
         if (rec.format != kNvFmtSval || rec.value.size() < 8) return;
         if (rec.attr != kAttrRegcount && rec.attr != kAttrFrameSize) return;
-        const std::string_view kernel = symbol(u32_at(rec.value, 0));
-        if (kernel.empty()) return;
-        KernelResources& k = (*out)[std::string(kernel)];
-        (rec.attr == kAttrRegcount ? k.registers : k.local_bytes) = u32_at(rec.value, 4);
+        KernelResources* k = entry(out, symbol(u32_at(rec.value, 0)));
+        if (!k) return;
+        if (rec.attr == kAttrRegcount) k->registers = std::min(u32_at(rec.value, 4), kMaxRegisters);
+        else k->local_bytes = std::min(u32_at(rec.value, 4), kMaxBytes);
       });
     } else if (name.starts_with(kInfo)) {
-      KernelResources& k = (*out)[std::string(name.substr(kInfo.size()))];
+      KernelResources* k = entry(out, name.substr(kInfo.size()));
+      if (!k) continue;
       good &= walk_nv_info(s.data, [&](const NvInfoRecord& rec) {
         if (rec.format != kNvFmtSval || rec.value.size() < 12) return;
         if (rec.attr != kAttrMaxThreads && rec.attr != kAttrReqntid) return;
-        const uint64_t n = uint64_t{u32_at(rec.value, 0)} * u32_at(rec.value, 4) * u32_at(rec.value, 8);
-        k.max_threads = uint32_t(std::min<uint64_t>(n, UINT32_MAX));
+        uint64_t n = 1;
+        for (size_t d = 0; d < 3; ++d) n *= std::min<uint64_t>(u32_at(rec.value, 4 * d), kMaxBlockDim + 1);
+        k->max_threads = uint32_t(std::min<uint64_t>(n, kMaxBlockDim + 1));
       });
     }
   }

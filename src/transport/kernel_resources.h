@@ -37,6 +37,8 @@ inline constexpr uint8_t kNvFmtNval = 1, kNvFmtBval = 2, kNvFmtHval = 3, kNvFmtS
 // has an unknown format (nothing after it can be trusted).
 bool walk_nv_info(std::span<const std::byte> section, const std::function<void(const NvInfoRecord&)>& fn);
 
+// Each value bounded, whatever the image says: registers <= 255, bytes
+// <= 1 GiB, max_threads <= 1025 (anything above a block's 1024 threads).
 struct KernelResources {
   uint32_t registers = 0;    // per thread
   uint32_t local_bytes = 0;  // per thread: the stack frame

@@ -33,14 +33,16 @@ int main() {
   cudaFuncAttributes t{}, p{};
   CHECK(cudaFuncGetAttributes(&t, tiled));
   CHECK(cudaFuncGetAttributes(&p, plain));
-  std::printf("tiled: maxThreadsPerBlock %d sharedSizeBytes %zu localSizeBytes %zu numRegs %d\n",
-              t.maxThreadsPerBlock, t.sharedSizeBytes, t.localSizeBytes, t.numRegs);
+  std::printf("tiled: maxThreadsPerBlock %d sharedSizeBytes %zu localSizeBytes %zu numRegs %d "
+              "maxDynamicSharedSizeBytes %d\n",
+              t.maxThreadsPerBlock, t.sharedSizeBytes, t.localSizeBytes, t.numRegs, t.maxDynamicSharedSizeBytes);
   std::printf("plain: maxThreadsPerBlock %d sharedSizeBytes %zu localSizeBytes %zu numRegs %d\n",
               p.maxThreadsPerBlock, p.sharedSizeBytes, p.localSizeBytes, p.numRegs);
   EXPECT(t.maxThreadsPerBlock > 0 && t.maxThreadsPerBlock <= 128);
   EXPECT(t.sharedSizeBytes >= 4096 && t.sharedSizeBytes <= 4096 + 1024);
   EXPECT(t.localSizeBytes >= 256 * sizeof(float));
   EXPECT(t.numRegs > 0 && t.numRegs <= 255);
+  EXPECT(t.maxDynamicSharedSizeBytes == int(48 * 1024 - t.sharedSizeBytes));
   EXPECT(p.maxThreadsPerBlock == 1024);
   EXPECT(p.sharedSizeBytes == 0 && p.localSizeBytes == 0);
   EXPECT(p.numRegs > 0 && p.numRegs <= 255);
@@ -72,10 +74,20 @@ int main() {
   EXPECT(blocks >= 1);
   EXPECT(uint64_t(blocks) * t.sharedSizeBytes <= prop.sharedMemPerMultiprocessor);
   EXPECT(uint64_t(blocks) * 128 * t.numRegs <= uint64_t(prop.regsPerMultiprocessor));
-  int dyn_blocks = 0;
+  // 48 KiB of dynamic shared memory on top of its static 4 KiB needs the
+  // kernel's opt-in; with it, it fits.
+  int dyn_blocks = -1;
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&dyn_blocks, tiled, 128, 48 * 1024));
-  std::printf("tiled: %d blocks with 48 KiB dynamic shared memory\n", dyn_blocks);
+  std::printf("tiled: %d blocks with 48 KiB dynamic shared memory, no opt-in\n", dyn_blocks);
+  EXPECT(dyn_blocks == 0);
+  CHECK(cudaFuncSetAttribute(tiled, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&dyn_blocks, tiled, 128, 48 * 1024));
+  std::printf("tiled: %d blocks with 48 KiB dynamic shared memory, opted in\n", dyn_blocks);
   EXPECT(dyn_blocks >= 1 && uint64_t(dyn_blocks) * (t.sharedSizeBytes + 48 * 1024) <= prop.sharedMemPerMultiprocessor);
+  // Static and dynamic together stay within the device's opt-in limit.
+  EXPECT(cudaFuncSetAttribute(tiled, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              int(prop.sharedMemPerBlockOptin)) == cudaErrorInvalidValue);
+  cudaGetLastError();
 
   std::printf(failures ? "funcattr: %d FAILED\n" : "funcattr: ok\n", failures);
   return failures != 0;

@@ -2,6 +2,7 @@
 #include "forwarded.h"
 #include "graph.h"
 #include "module.h"
+#include "transport/occupancy.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -40,8 +41,11 @@ CUresult pack_args(Function* f, void** params, void** extra, ParamBuffer* packed
   return CUDA_SUCCESS;
 }
 
+// Above 48 KiB a launch needs the kernel's opt-in (cuFuncSetAttribute). The
+// kernel's static shared memory, which lowers the limit, is the device's to
+// count: the host driver refuses such a launch in stream order.
 CUresult check_smem(Function* f, unsigned smem) {
-  if (smem > unsigned(f->max_dynamic_smem.load(std::memory_order_relaxed)) && smem > 48 * 1024)
+  if (smem > 48 * 1024 && int64_t{smem} > f->max_dynamic_smem.load(std::memory_order_relaxed))
     return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
@@ -156,6 +160,8 @@ CUresult kernel_attrs(Function* f, CUdevice dev, std::array<int32_t, ordo::kKern
   if (s == ordo::Status::kNotSupported) {
     a.fill(0);
     a[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] = d->attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK];
+    a[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES] = 48 * 1024;
+    a[CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT] = -1;
     a[CU_FUNC_ATTRIBUTE_PTX_VERSION] = a[CU_FUNC_ATTRIBUTE_BINARY_VERSION] =
         d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] * 10 + d->attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR];
   } else if (!ordo::ok(s)) {
@@ -164,6 +170,14 @@ CUresult kernel_attrs(Function* f, CUdevice dev, std::array<int32_t, ordo::kKern
   std::lock_guard lock(f->attrs_mu);
   *out = f->attrs.emplace(dev, a).first->second;
   return CUDA_SUCCESS;
+}
+
+// The dynamic shared memory a launch of `f` may ask for: what the program set
+// (cuFuncSetAttribute), else the device's default (48 KiB less the kernel's
+// static shared memory).
+int max_dynamic_smem(const Function* f, const std::array<int32_t, ordo::kKernelAttributeCount>& a) {
+  const int set = f->max_dynamic_smem.load(std::memory_order_relaxed);
+  return set >= 0 ? set : a[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES];
 }
 
 // Function attributes: the device's answer, with what this process set
@@ -177,7 +191,7 @@ CUresult func_attribute(int* value, CUfunction_attribute attr, CUfunction fn, CU
   std::array<int32_t, ordo::kKernelAttributeCount> a;
   if (CUresult e = kernel_attrs(f, dev, &a); e != CUDA_SUCCESS) return e;
   switch (attr) {
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = f->max_dynamic_smem.load(); break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = max_dynamic_smem(f, a); break;
     case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: *value = f->non_portable_cluster.load(); break;
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *value = f->carveout.load(); break;
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *value = f->cluster_policy.load(); break;
@@ -193,11 +207,16 @@ CUresult func_set_attribute(CUfunction fn, CUfunction_attribute attr, int value,
   const DeviceCache* d = nullptr;
   if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
   switch (attr) {
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
-      if (value < 0 || value > d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN])
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: {
+      // Static and dynamic shared memory together stay within the device's opt-in limit.
+      std::array<int32_t, ordo::kKernelAttributeCount> a;
+      if (CUresult e = kernel_attrs(f, dev, &a); e != CUDA_SUCCESS) return e;
+      if (value < 0 || int64_t{value} + a[CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES] >
+                           d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN])
         return CUDA_ERROR_INVALID_VALUE;
       f->max_dynamic_smem.store(value);
       return CUDA_SUCCESS;
+    }
     case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
       if (value != 0 && value != 1) return CUDA_ERROR_INVALID_VALUE;
       f->non_portable_cluster.store(value == 1);
@@ -358,10 +377,10 @@ CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel k, CUfunc_cache, CUdevice dev) 
   return function_of(k) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-// Blocks per multiprocessor, as the occupancy calculator counts them: limited
-// by threads, blocks, registers (allocated per warp, 256 at a time) and
-// shared memory (the kernel's static and the launch's dynamic bytes, plus
-// what the device reserves per block).
+// Blocks per multiprocessor, as the occupancy calculator counts them
+// (transport/occupancy.h), from the kernel's registers and static shared
+// memory as the device reports them; none when the block's shared memory is
+// more than the kernel allows.
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, CUfunction fn, int block_size,
                                                                       size_t smem, unsigned int) {
   if (!blocks || block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
@@ -372,23 +391,21 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* block
   if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
   std::array<int32_t, ordo::kKernelAttributeCount> a;
   if (CUresult e = kernel_attrs(f, dev, &a); e != CUDA_SUCCESS) return e;
-  if (block_size > a[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK]) {
-    *blocks = 0;
+  *blocks = 0;
+  if (block_size > a[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] || smem > size_t(max_dynamic_smem(f, a)))
     return CUDA_SUCCESS;
-  }
-  const int warp = std::max(1, d->attrs[CU_DEVICE_ATTRIBUTE_WARP_SIZE]);
-  const int warps = (block_size + warp - 1) / warp;
-  int64_t n = std::min(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR] / (warps * warp),
-                       d->attrs[CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR]);
-  if (const int64_t regs = a[CU_FUNC_ATTRIBUTE_NUM_REGS]; regs > 0) {
-    const int64_t per_block = (regs * warp + 255) / 256 * 256 * warps;
-    n = std::min<int64_t>(n, d->attrs[CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR] / per_block);
-  }
-  if (const uint64_t shared = uint64_t(a[CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES]) + smem; shared > 0) {
-    const uint64_t per_block = shared + uint64_t(d->attrs[CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK]);
-    n = std::min<int64_t>(n, int64_t(uint64_t(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR]) / per_block));
-  }
-  *blocks = int(std::max<int64_t>(0, n));
+  auto attr = [d](CUdevice_attribute x) { return uint64_t(std::max(0, d->attrs[x])); };
+  ordo::occupancy::Limits l;
+  l.warp_size = std::max<uint64_t>(1, attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE));
+  l.max_threads_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  l.max_threads_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+  l.max_blocks_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR);
+  l.regs_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+  l.regs_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
+  l.shared_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+  l.reserved_shared_per_block = attr(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK);
+  *blocks = int(ordo::occupancy::blocks_per_sm(uint64_t(block_size), uint64_t(std::max(0, a[CU_FUNC_ATTRIBUTE_NUM_REGS])),
+                                         uint64_t(std::max(0, a[CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES])) + smem, l));
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction fn, int block_size,

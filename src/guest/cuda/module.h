@@ -20,7 +20,7 @@ struct Function {
   std::string name;
   const KernelLayout* layout = nullptr;
   uint32_t id = 0;  // the worker's kernel id
-  std::atomic<int> max_dynamic_smem{48 * 1024};
+  std::atomic<int> max_dynamic_smem{-1};  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as set; -1: never set
   std::atomic<bool> non_portable_cluster{false};  // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
   std::atomic<int> carveout{-1};                   // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (a hint)
   std::atomic<int> cluster_policy{0};              // CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE (a hint)

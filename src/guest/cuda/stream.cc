@@ -210,8 +210,9 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream stream) {
   ordo::Stream s;
   if (!from_handle(c, stream, false, &s)) return CUDA_ERROR_INVALID_HANDLE;
   if (any_capture()) capture_stream_destroyed(s);
-  forget_stream_token(public_id(s));
-  return to_cu(c->stream_destroy(s));
+  const CUresult r = to_cu(c->stream_destroy(s));
+  if (r == CUDA_SUCCESS) forget_stream_token(public_id(s));
+  return r;
 }
 
 }  // extern "C"

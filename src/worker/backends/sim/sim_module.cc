@@ -10,6 +10,7 @@
 
 #include "sim_device.h"
 #include "sim_registry.h"
+#include "transport/occupancy.h"
 
 namespace ordo::sim {
 
@@ -82,7 +83,8 @@ Status Device::kernel_lookup(uint32_t module, std::string_view name, uint32_t* k
 
 // The resources the cubin states, and the limits a device derives from them:
 // threads per block bounded by __launch_bounds__ and by the register file
-// (registers are allocated per warp, in units of 256).
+// (transport/occupancy.h). Without a cubin for the sim's architecture (PTX a
+// GPU would compile) the nearest one stands in: the sim compiles nothing.
 Status Device::kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out) {
   if (device >= devices_) return Status::kInvalidDevice;
   if (kernel >= registry().count.load(std::memory_order_acquire)) return Status::kInvalidResourceHandle;
@@ -93,12 +95,12 @@ Status Device::kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out)
   }
   DeviceInfo dev;
   if (Status s = device_info(device, &dev); !ok(s)) return s;
-  uint32_t threads = uint32_t(dev.max_threads_per_block);
-  if (r.max_threads) threads = std::min(threads, r.max_threads);
-  if (r.registers) {
-    const uint32_t per_warp = (r.registers * 32 + 255) / 256 * 256;
-    threads = std::min(threads, uint32_t(dev.regs_per_block) / per_warp * 32);
-  }
+  occupancy::Limits limits;
+  limits.warp_size = uint64_t(std::max(1, dev.warp_size));
+  limits.max_threads_per_block = uint64_t(std::max(1, dev.max_threads_per_block));
+  limits.regs_per_block = uint64_t(std::max(0, dev.regs_per_block));
+  // kernel_resources.h bounds the cubin's numbers: nothing here can overflow.
+  const uint64_t threads = occupancy::max_threads_per_block(r.registers, r.max_threads, limits);
   const int32_t cc = dev.major * 10 + dev.minor;
   std::fill(out, out + kKernelAttributeCount, 0);
   out[kKernelMaxThreadsPerBlock] = int32_t(threads);
