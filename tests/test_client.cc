@@ -244,6 +244,47 @@ TEST(Client, KernelAttributes) {
   EXPECT_EQ(c->free(p), Status::kSuccess);
 }
 
+// Occupancy as the device counts it (Op::KernelOccupancy): blocks per
+// multiprocessor and active clusters; cluster sizes CUDA refuses, and
+// queries out of range, are errors and the session goes on.
+TEST(Client, KernelOccupancy) {
+  InProcessWorker w;
+  auto c = w.attach();
+  const uint32_t fill = kernel(*c, "ordo_fill_u32");
+  DeviceInfo d{};
+  ASSERT_EQ(c->device_info(0, &d), Status::kSuccess);
+  uint32_t blocks = 0, clusters = 0;
+  ASSERT_EQ(c->kernel_occupancy(fill, 0, 256, 0, 0, 0, &blocks), Status::kSuccess);
+  EXPECT_GE(blocks, 1u);
+  EXPECT_LE(blocks * 256, uint32_t(d.max_threads_per_multiprocessor));
+  const LaunchShape pair{{2, 1, 1}, false}, wide{{16, 1, 1}, false};
+  ASSERT_EQ(c->kernel_occupancy(fill, 0, 256, 0, pair.flags(), kOccupancyClusters, &clusters), Status::kSuccess);
+  EXPECT_GE(clusters, 1u);
+  EXPECT_LE(clusters * 2, blocks * uint32_t(d.multi_processor_count));
+  EXPECT_EQ(c->kernel_occupancy(fill, 0, 256, 0, wide.flags(), kOccupancyClusters, &clusters),
+            Status::kInvalidClusterSize) << "past 8 blocks without the kernel's permission";
+  EXPECT_EQ(c->kernel_occupancy(fill, 0, 256, 0, wide.flags(), kOccupancyClusters | kOccupancyNonPortable, &clusters),
+            Status::kSuccess);
+  // Shared memory: more per block, fewer blocks; more than a block may have
+  // (past the opt-in limit), no blocks or the device's refusal.
+  uint32_t fewer = 0, none = 7;
+  ASSERT_EQ(c->kernel_occupancy(fill, 0, 256, 64 * 1024, 0, 0, &fewer), Status::kSuccess);
+  EXPECT_LT(fewer, blocks);
+  const Status too_much = c->kernel_occupancy(fill, 0, 256, uint32_t(d.shared_mem_per_multiprocessor), 0, 0, &none);
+  EXPECT_TRUE(too_much == Status::kInvalidValue || (too_much == Status::kSuccess && none == 0)) << int(too_much);
+  // Out of range: refused by the worker, nothing else changes.
+  EXPECT_NE(c->kernel_occupancy(fill, 0, 0, 0, 0, 0, &blocks), Status::kSuccess);
+  EXPECT_NE(c->kernel_occupancy(fill, 0, 2048, 0, 0, 0, &blocks), Status::kSuccess);
+  EXPECT_NE(c->kernel_occupancy(fill, 0, 256, 0, 1u << 12, 0, &blocks), Status::kSuccess) << "a cooperative shape";
+  EXPECT_NE(c->kernel_occupancy(fill, 0, 256, 0, 1u << 13, 0, &blocks), Status::kSuccess) << "a bit no shape sets";
+  EXPECT_NE(c->kernel_occupancy(fill, 0, 256, 0, 0, 8, &blocks), Status::kSuccess);
+  EXPECT_EQ(c->kernel_occupancy(1u << 30, 0, 256, 0, 0, 0, &blocks), Status::kInvalidResourceHandle);
+  EXPECT_EQ(c->kernel_occupancy(fill, 9, 256, 0, 0, 0, &blocks), Status::kInvalidDevice);
+  uint64_t p = 0;
+  EXPECT_EQ(c->malloc(&p, 64), Status::kSuccess) << "the session goes on";
+  EXPECT_EQ(c->free(p), Status::kSuccess);
+}
+
 // Mapped pinned memory: a kernel takes a pinned pointer as a device pointer
 // and writes the guest's memory through it, with no copy. `c` on the sim.
 void kernel_writes_pinned_memory(Client& c) {

@@ -137,6 +137,10 @@ class Client {
   // A kernel's attributes on `device` (kKernelAttributeCount int32 values by
   // CUfunction_attribute number, into `out`), as that device reports them.
   Status kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out);
+  // Blocks of `kernel` per multiprocessor of `device`, or active clusters
+  // (`mode`: kOccupancy* bits; `shape`: a LaunchShape's flags), as the device counts them.
+  Status kernel_occupancy(uint32_t kernel, uint32_t device, uint32_t threads, uint32_t smem, uint16_t shape,
+                          uint64_t mode, uint32_t* out);
   Status device_info(DeviceInfo* out) { return device_info(current_device(), out); }
   Status device_info(uint32_t device, DeviceInfo* out);
   // Device attributes first.. (kDeviceAttributesPerCall of them, by CUdevice_attribute number).

@@ -100,6 +100,12 @@ inline constexpr uint32_t kKernelMaxThreadsPerBlock = 0, kKernelSharedSizeBytes 
                           kKernelMaxDynamicSharedSizeBytes = 8, kKernelPreferredSharedMemoryCarveout = 9;
 static_assert(kKernelAttributeCount * sizeof(int32_t) <= kSlotPayload);
 
+// Op::KernelOccupancy's arg5: what is asked, and what the program allowed
+// the kernel (cuFuncSetAttribute) that the answer depends on.
+inline constexpr uint64_t kOccupancyClusters = 1;     // cuOccupancyMaxActiveClusters, else blocks per multiprocessor
+inline constexpr uint64_t kOccupancyNonPortable = 2;  // clusters past 8 blocks allowed
+inline constexpr uint64_t kOccupancyModeBits = 3;
+
 // A sync call's request: seq and the call share one cache line, so a request
 // without edges reaches the worker in one line transfer. Slot requests name no
 // stream (their handles are in arg) and their thread is the slot itself.

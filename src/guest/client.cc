@@ -175,6 +175,10 @@ Status Client::module_global(uint32_t module, const std::string& name, uint64_t 
 Status Client::kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out) {
   return core_->kernels.attributes(kernel, device, out);
 }
+Status Client::kernel_occupancy(uint32_t kernel, uint32_t device, uint32_t threads, uint32_t smem, uint16_t shape,
+                                uint64_t mode, uint32_t* out) {
+  return core_->kernels.occupancy(kernel, device, threads, smem, shape, mode, out);
+}
 Status Client::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
                       uint32_t shared_mem, uint16_t shape) {
   return core_->kernels.launch(kernel, grid, block, args, args_size, s, shared_mem, shape);

@@ -79,6 +79,18 @@ Status Kernels::attributes(uint32_t kernel, uint32_t device, int32_t* out) {
   return threads_.finish_own(t, threads_.call(e, nullptr, nullptr, nullptr, out, kKernelAttributeCount * sizeof(int32_t)));
 }
 
+Status Kernels::occupancy(uint32_t kernel, uint32_t device, uint32_t threads, uint32_t smem, uint16_t shape,
+                          uint64_t mode, uint32_t* out) {
+  ThreadState& t = threads_.current();
+  if (!out) return threads_.finish_own(t, Status::kInvalidValue);
+  const Entry e = make_entry<Op::KernelOccupancy>(
+      {.kernel = kernel, .device = device, .threads = threads, .smem = smem, .shape = shape, .mode = mode});
+  uint64_t n = 0;
+  const Status s = threads_.call(e, &n);
+  if (ok(s)) *out = uint32_t(n);
+  return threads_.finish_own(t, s);
+}
+
 Status Kernels::launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
                        uint32_t shared_mem, uint16_t shape) {
   ThreadState& t = threads_.current();

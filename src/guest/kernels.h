@@ -37,6 +37,8 @@ class Kernels {
   Status module_unload(uint32_t module);
   Status module_global(uint32_t module, const std::string& name, uint64_t size_hint, uint64_t* addr, uint64_t* size);
   Status attributes(uint32_t kernel, uint32_t device, int32_t* out);
+  Status occupancy(uint32_t kernel, uint32_t device, uint32_t threads, uint32_t smem, uint16_t shape, uint64_t mode,
+                   uint32_t* out);
   Status launch(uint32_t kernel, Dim3 grid, Dim3 block, const void* args, uint32_t args_size, Stream s,
                 uint32_t shared_mem, uint16_t shape);
 

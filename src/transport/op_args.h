@@ -69,6 +69,10 @@ template <> struct Args<Op::KernelAttributes> {
   uint64_t kernel, device;
   ORDO_ARGS(kernel, device)
 };
+template <> struct Args<Op::KernelOccupancy> {
+  uint64_t kernel, device, threads, smem, shape, mode;
+  ORDO_ARGS(kernel, device, threads, smem, shape, mode)
+};
 template <> struct Args<Op::TensorMapEncode> {
   uint64_t device;  // whose context the driver encodes in
   ORDO_ARGS(device)

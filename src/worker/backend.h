@@ -156,6 +156,21 @@ class Backend {
   virtual Status kernel_attributes(uint32_t /*kernel*/, uint32_t /*device*/, int32_t* /*out*/) {
     return Status::kNotSupported;
   }
+  // How many blocks of `kernel` (q.threads threads, q.smem bytes of dynamic
+  // shared memory each) a multiprocessor of `device` holds at once, or, with
+  // q.clusters, how many clusters of q.shape's size the device holds
+  // (cuOccupancyMaxActiveBlocksPerMultiprocessor, cuOccupancyMaxActiveClusters).
+  // The guest checked q.smem against what it allowed the kernel.
+  // kNotSupported: libcuda.so.1 answers from its own model.
+  struct OccupancyQuery {
+    uint32_t threads = 0, smem = 0;
+    LaunchShape shape;
+    bool clusters = false, non_portable = false;
+  };
+  virtual Status kernel_occupancy(uint32_t /*kernel*/, uint32_t /*device*/, const OccupancyQuery& /*q*/,
+                                  uint32_t* /*out*/) {
+    return Status::kNotSupported;
+  }
   // A tensor map (cuTensorMapEncode*, cuTensorMapReplaceAddress) as `device`'s
   // driver makes it: 128 bytes into `out`. `r` passed check_tensor_map.
   virtual Status tensor_map_encode(uint32_t /*device*/, const TensorMapRequest& /*r*/, std::byte* /*out*/) {

@@ -194,6 +194,17 @@ Status check<Op::KernelAttributes>(const Args<Op::KernelAttributes>& a, const En
 }
 
 template <>
+Status check<Op::KernelOccupancy>(const Args<Op::KernelOccupancy>& a, const Entry&, const Layout&, std::string* why) {
+  if (a.kernel > UINT32_MAX) return bad(why, "kernel id " + std::to_string(a.kernel) + " out of range", Status::kInvalidResourceHandle);
+  LaunchShape shape;
+  if (a.threads == 0 || a.threads > 1024 || a.smem > UINT32_MAX || a.mode & ~kOccupancyModeBits ||
+      !LaunchShape::decode(uint32_t(std::min<uint64_t>(a.shape, UINT32_MAX)), &shape) || shape.cooperative)
+    return bad(why, "occupancy query out of range (threads " + std::to_string(a.threads) + ", shared memory " +
+                        std::to_string(a.smem) + ", shape " + std::to_string(a.shape) + ", mode " + std::to_string(a.mode) + ")");
+  return check_device(a.device, why);
+}
+
+template <>
 Status check<Op::TensorMapEncode>(const Args<Op::TensorMapEncode>& a, const Entry&, const Layout&, std::string* why) {
   return check_device(a.device, why);
 }

@@ -4,7 +4,7 @@
 # format that create a graph of every step kind, launch and destroy it (also
 # before its launches ran), and the refused cases; and tensor map requests
 # (TensorMapEncode) that pass and that are refused, and kernel attribute
-# requests (KernelAttributes). Run from the repository root.
+# requests (KernelAttributes, KernelOccupancy). Run from the repository root.
 import re, struct, hashlib, os, sys
 ops=[m.group(1) for m in re.finditer(r'^ORDO_OP\((\w+),', open('include/ordo/ops.def').read(), re.M)]
 idx={n:i for i,n in enumerate(ops)}
@@ -64,7 +64,11 @@ seeds.update({
 })
 def kernel_attributes(kernel, device):
     return slot_req('KernelAttributes', [arg_small(kernel), arg_small(device)]+[arg_small(0)]*4)
+def kernel_occupancy(kernel, threads, smem, shape, mode, device=0):
+    return slot_req('KernelOccupancy', [arg_small(kernel), arg_small(device), arg_small(threads), arg_small(smem), arg_small(shape), arg_small(mode)])
 seeds.update({
+ 'occupancy of a built-in kernel, blocks and pairs': kernel_occupancy(0, 256, 0, 0, 0)+kernel_occupancy(0, 256, 4096, 1, 1)+poll(),
+ 'occupancy out of range: no threads, a cooperative shape, a 16-block cluster without permission': kernel_occupancy(0, 0, 0, 0, 0)+kernel_occupancy(0, 64, 0, 1<<12, 0)+kernel_occupancy(0, 64, 0, 15, 1)+poll(),
  'a built-in kernel\'s attributes': kernel_attributes(0, 0)+poll(),
  'attributes of a kernel never looked up, and of a device past the count': kernel_attributes(4000, 0)+kernel_attributes(0, 40)+poll(),
 })

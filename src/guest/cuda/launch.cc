@@ -377,10 +377,51 @@ CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel k, CUfunc_cache, CUdevice dev) 
   return function_of(k) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-// Blocks per multiprocessor, as the occupancy calculator counts them
-// (transport/occupancy.h), from the kernel's registers and static shared
-// memory as the device reports them; none when the block's shared memory is
-// more than the kernel allows.
+// The occupancy calculator's limits of the current device (transport/occupancy.h).
+ordo::occupancy::Limits occupancy_limits(const DeviceCache* d) {
+  auto attr = [d](CUdevice_attribute x) { return uint64_t(std::max(0, d->attrs[x])); };
+  ordo::occupancy::Limits l;
+  l.warp_size = std::max<uint64_t>(1, attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE));
+  l.max_threads_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  l.max_threads_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+  l.max_blocks_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR);
+  l.regs_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+  l.regs_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
+  l.shared_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+  l.reserved_shared_per_block = attr(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK);
+  return l;
+}
+
+// The device's own count (Op::KernelOccupancy: the host driver's on a GPU),
+// kept per kernel; *answered false when the backend cannot count (`null`),
+// which leaves the answer to the occupancy calculator's rules here.
+CUresult device_occupancy(Function* f, CUdevice dev, uint32_t threads, uint32_t smem, const ordo::LaunchShape& shape,
+                          uint64_t mode, int* out, bool* answered) {
+  const std::array<uint64_t, 4> key = {uint64_t(dev), threads, smem, uint64_t(shape.flags()) | mode << 16};
+  {
+    std::lock_guard lock(f->occupancy_mu);
+    if (auto it = f->occupancy.find(key); it != f->occupancy.end()) {
+      *out = it->second;
+      *answered = true;
+      return CUDA_SUCCESS;
+    }
+  }
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  uint32_t n = 0;
+  const ordo::Status s = c->kernel_occupancy(f->id, uint32_t(dev), threads, smem, shape.flags(), mode, &n);
+  *answered = s != ordo::Status::kNotSupported;
+  if (!*answered) return CUDA_SUCCESS;
+  if (!ordo::ok(s)) return to_cu(s);
+  *out = int(std::min<uint32_t>(n, INT32_MAX));
+  std::lock_guard lock(f->occupancy_mu);
+  if (f->occupancy.size() >= 1024) f->occupancy.clear();  // a program that asks about ever new sizes
+  f->occupancy[key] = *out;
+  return CUDA_SUCCESS;
+}
+
+// Blocks per multiprocessor: none past the kernel's threads per block or the
+// dynamic shared memory it allows; else the device's count.
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, CUfunction fn, int block_size,
                                                                       size_t smem, unsigned int) {
   if (!blocks || block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
@@ -394,48 +435,79 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* block
   *blocks = 0;
   if (block_size > a[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] || smem > size_t(max_dynamic_smem(f, a)))
     return CUDA_SUCCESS;
-  auto attr = [d](CUdevice_attribute x) { return uint64_t(std::max(0, d->attrs[x])); };
-  ordo::occupancy::Limits l;
-  l.warp_size = std::max<uint64_t>(1, attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE));
-  l.max_threads_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
-  l.max_threads_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
-  l.max_blocks_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR);
-  l.regs_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
-  l.regs_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
-  l.shared_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
-  l.reserved_shared_per_block = attr(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK);
+  bool answered = false;
+  if (CUresult e = device_occupancy(f, dev, uint32_t(block_size), uint32_t(smem), {}, 0, blocks, &answered);
+      e != CUDA_SUCCESS || answered)
+    return e;
   *blocks = int(ordo::occupancy::blocks_per_sm(uint64_t(block_size), uint64_t(std::max(0, a[CU_FUNC_ATTRIBUTE_NUM_REGS])),
-                                         uint64_t(std::max(0, a[CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES])) + smem, l));
+                                               uint64_t(std::max(0, a[CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES])) + smem,
+                                               occupancy_limits(d)));
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction fn, int block_size,
                                                              size_t smem) {
   return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, fn, block_size, smem, 0);
 }
-CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* smem, CUfunction fn, int blocks, int) {
-  if (!smem || blocks <= 0) return CUDA_ERROR_INVALID_VALUE;
-  if (!function_of(fn)) return CUDA_ERROR_INVALID_HANDLE;
+// The most dynamic shared memory each of `blocks` blocks of `threads` threads
+// can have on one multiprocessor: what is left of the multiprocessor's
+// shared memory per block (in the calculator's 128-byte steps, less the
+// reserved and the kernel's static bytes), at most what the kernel allows; 0
+// when that many blocks do not fit at all.
+CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* smem, CUfunction fn, int blocks, int threads) {
+  if (!smem || blocks <= 0 || threads <= 0) return CUDA_ERROR_INVALID_VALUE;
+  Function* f = function_of(fn);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  const CUdevice dev = this_device();
   const DeviceCache* d = nullptr;
-  if (CUresult e = device_cache(this_device(), &d); e != CUDA_SUCCESS) return e;
-  *smem = std::min<size_t>(size_t(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR]) / size_t(blocks),
-                           size_t(d->attrs[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN]));
+  if (CUresult e = device_cache(dev, &d); e != CUDA_SUCCESS) return e;
+  std::array<int32_t, ordo::kKernelAttributeCount> a;
+  if (CUresult e = kernel_attrs(f, dev, &a); e != CUDA_SUCCESS) return e;
+  *smem = 0;
+  const ordo::occupancy::Limits l = occupancy_limits(d);
+  const uint64_t fixed = uint64_t(std::max(0, a[CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES])) + l.reserved_shared_per_block;
+  const uint64_t per_block = l.shared_per_sm / uint64_t(blocks) / ordo::occupancy::kSharedUnit * ordo::occupancy::kSharedUnit;
+  if (threads > a[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] || per_block < fixed ||
+      ordo::occupancy::blocks_per_sm(uint64_t(threads), uint64_t(std::max(0, a[CU_FUNC_ATTRIBUTE_NUM_REGS])), 0, l) <
+          uint64_t(blocks))
+    return CUDA_SUCCESS;
+  *smem = size_t(std::min<uint64_t>(per_block - fixed, uint64_t(std::max(0, max_dynamic_smem(f, a)))));
   return CUDA_SUCCESS;
 }
 
+// Active clusters of the config's size: CUDA's 912 for a size past 8 blocks
+// the kernel does not allow (or past 16), none past the dynamic shared
+// memory it allows; else the device's count.
 CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CUfunction fn, const CUlaunchConfig* config) {
   if (!clusters || !config) return CUDA_ERROR_INVALID_VALUE;
-  unsigned size = 1;
+  Function* f = function_of(fn);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  ordo::LaunchShape shape;
   for (unsigned i = 0; i < config->numAttrs; ++i)
     if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
-      const auto& d = config->attrs[i].value.clusterDim;
-      size = std::max(1u, d.x) * std::max(1u, d.y) * std::max(1u, d.z);
+      const auto& c = config->attrs[i].value.clusterDim;
+      shape.cluster = {std::max(1u, c.x), std::max(1u, c.y), std::max(1u, c.z)};
     }
-  int64_t fit = 0;
-  if (CUresult e = resident_blocks(fn, uint64_t{config->blockDimX} * config->blockDimY * config->blockDimZ,
-                                   config->sharedMemBytes, &fit);
-      e != CUDA_SUCCESS)
+  const uint64_t threads = uint64_t{config->blockDimX} * config->blockDimY * config->blockDimZ;
+  if (!threads || threads > 1024) return CUDA_ERROR_INVALID_VALUE;
+  if (shape.cluster.x > ordo::kMaxClusterBlocks || shape.cluster.y > ordo::kMaxClusterBlocks || shape.cluster.z > ordo::kMaxClusterBlocks ||
+      uint64_t{shape.cluster.x} * shape.cluster.y * shape.cluster.z > ordo::kMaxClusterBlocks ||
+      (shape.blocks_per_cluster() > ordo::kMaxPortableClusterBlocks && !f->non_portable_cluster.load()))
+    return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  const CUdevice dev = this_device();
+  std::array<int32_t, ordo::kKernelAttributeCount> a;
+  if (CUresult e = kernel_attrs(f, dev, &a); e != CUDA_SUCCESS) return e;
+  *clusters = 0;
+  if (int64_t(threads) > a[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] ||
+      config->sharedMemBytes > unsigned(std::max(0, max_dynamic_smem(f, a))))
+    return CUDA_SUCCESS;
+  const uint64_t mode = ordo::kOccupancyClusters | (f->non_portable_cluster.load() ? ordo::kOccupancyNonPortable : 0);
+  bool answered = false;
+  if (CUresult e = device_occupancy(f, dev, uint32_t(threads), config->sharedMemBytes, shape, mode, clusters, &answered);
+      e != CUDA_SUCCESS || answered)
     return e;
-  *clusters = int(fit / size);
+  int64_t fit = 0;
+  if (CUresult e = resident_blocks(fn, threads, config->sharedMemBytes, &fit); e != CUDA_SUCCESS) return e;
+  *clusters = int(fit / shape.blocks_per_cluster());
   return CUDA_SUCCESS;
 }
 

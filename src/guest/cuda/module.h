@@ -27,6 +27,10 @@ struct Function {
   // What each device reports of the kernel (Op::KernelAttributes), fetched once per device.
   std::mutex attrs_mu;
   std::map<CUdevice, std::array<int32_t, ordo::kKernelAttributeCount>> attrs;  // under attrs_mu
+  // The device's occupancy counts asked so far (Op::KernelOccupancy), by
+  // device, threads, shared memory and shape|mode.
+  std::mutex occupancy_mu;
+  std::map<std::array<uint64_t, 4>, int> occupancy;  // under occupancy_mu
 };
 
 // One loaded image: CUmodule and CUlibrary are both this.

@@ -55,6 +55,20 @@ void Worker::op_KernelAttributes(const SlotCall& c) {
   reply(c, st);
 }
 
+void Worker::op_KernelOccupancy(const SlotCall& c) {
+  const auto a = decode<Op::KernelOccupancy>(c.e.arg);  // check_entry: every field in range
+  if (a.device >= devices_) return reply(c, Status::kInvalidDevice);
+  Backend::OccupancyQuery q;
+  q.threads = uint32_t(a.threads);
+  q.smem = uint32_t(a.smem);
+  LaunchShape::decode(uint32_t(a.shape), &q.shape);
+  q.clusters = a.mode & kOccupancyClusters;
+  q.non_portable = a.mode & kOccupancyNonPortable;
+  uint32_t n = 0;
+  const Status st = backend_.kernel_occupancy(uint32_t(a.kernel), uint32_t(a.device), q, &n);
+  reply(c, st, n);
+}
+
 void Worker::op_ModuleGlobal(const SlotCall& c) {
   const std::string name = payload_name(c.slot);
   const auto a = decode<Op::ModuleGlobal>(c.e.arg);

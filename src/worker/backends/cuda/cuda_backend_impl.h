@@ -134,6 +134,7 @@ class CudaBackend final : public Backend {
   Status device_info(uint32_t device, DeviceInfo* out) override;
   Status tensor_map_encode(uint32_t device, const TensorMapRequest& r, std::byte* out) override;  // cuda_tensor_map.cc
   Status kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out) override;
+  Status kernel_occupancy(uint32_t kernel, uint32_t device, const OccupancyQuery& q, uint32_t* out) override;
 
   Status device_attributes(uint32_t device, uint32_t first, int32_t* out) override;
 
@@ -155,7 +156,6 @@ class CudaBackend final : public Backend {
     std::vector<CUmodule> on;     // by device; null until loaded there
     std::vector<uint64_t> image;  // padded(), for devices still to load it; empty with one device
   };
-  static constexpr uint32_t kDefaultSmem = 48 * 1024;  // dynamic shared memory every function allows
   struct Kernel {
     uint32_t module = 0;
     std::string name;
@@ -163,7 +163,8 @@ class CudaBackend final : public Backend {
     size_t param_bytes = 0;
     bool param_bytes_known = false;
     // By device, what the driver's function was told so far (launch_needs):
-    // the dynamic shared memory it allows, whether it allows clusters past 8.
+    // the dynamic shared memory it was raised to (0: never; it allows 48 KiB
+    // less its static shared memory), whether it allows clusters past 8.
     std::vector<uint32_t> smem_allowed;
     std::vector<uint8_t> wide_clusters;
   };

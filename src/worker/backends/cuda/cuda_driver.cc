@@ -25,6 +25,8 @@ bool Driver::load(std::string* error) {
          get("cuCtxSetCurrent", 12000, &ctx_set_current, true, error) &&
          get("cuFuncSetAttribute", 12000, &func_set_attribute, true, error) &&
          get("cuFuncGetAttribute", 12000, &func_get_attribute, true, error) &&
+         get("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 12000, &occupancy_blocks, true, error) &&
+         get("cuOccupancyMaxActiveClusters", 12000, &occupancy_clusters, true, error) &&
          get("cuFuncGetParamInfo", 12040, &func_get_param_info, false, error) &&
          get("cuTensorMapEncodeTiled", 12000, &tensor_map_tiled, false, error) &&
          get("cuTensorMapEncodeIm2col", 12000, &tensor_map_im2col, false, error) &&

@@ -40,6 +40,8 @@ struct Driver {
   PFN_cuCtxSetCurrent_v4000 ctx_set_current = nullptr;
   PFN_cuFuncSetAttribute_v9000 func_set_attribute = nullptr;
   PFN_cuFuncGetAttribute_v2020 func_get_attribute = nullptr;
+  PFN_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000 occupancy_blocks = nullptr;
+  PFN_cuOccupancyMaxActiveClusters_v11070 occupancy_clusters = nullptr;
   PFN_cuFuncGetParamInfo_v12040 func_get_param_info = nullptr;  // optional: drivers before 12.4 lack it
   // Tensor maps (optional: a driver without them answers guests 801).
   PFN_cuTensorMapEncodeTiled_v12000 tensor_map_tiled = nullptr;

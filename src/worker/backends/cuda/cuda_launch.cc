@@ -21,7 +21,7 @@ constexpr uint64_t kMaxBlockThreads = 1024;
 // carries it, so the driver's function is raised to it here, in launch order,
 // and never lowered under a launch issued before.
 Status CudaBackend::launch_needs(Kernel& k, uint32_t device, CUfunction fn, const LaunchParams& p) {
-  if (p.shared_mem > k.smem_allowed[device]) {
+  if (p.shared_mem > 48 * 1024 && p.shared_mem > k.smem_allowed[device]) {
     CUresult r = drv_.func_set_attribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(p.shared_mem));
     if (r != CUDA_SUCCESS) return to_status(r);
     k.smem_allowed[device] = p.shared_mem;

@@ -112,7 +112,7 @@ Status CudaBackend::kernel_lookup(uint32_t module, std::string_view name, uint32
   k.name = key.second;
   k.fn.assign(device_count(), nullptr);
   k.fn[0] = fn;
-  k.smem_allowed.assign(device_count(), kDefaultSmem);
+  k.smem_allowed.assign(device_count(), 0);
   k.wide_clusters.assign(device_count(), 0);
   if (drv_.func_get_param_info) {
     // The parameter buffer's size: the end of the last parameter.
@@ -194,6 +194,55 @@ Status CudaBackend::kernel_attributes(uint32_t kernel, uint32_t device, int32_t*
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE) return to_status(r);
     out[a] = r == CUDA_SUCCESS ? v : 0;
   }
+  return Status::kSuccess;
+}
+
+// The driver's count, once its function allows what the guest allowed the
+// kernel (launch_needs: the dynamic shared memory, a wide cluster).
+Status CudaBackend::kernel_occupancy(uint32_t kernel, uint32_t device, const OccupancyQuery& q, uint32_t* out) {
+  if (device >= device_count()) return Status::kInvalidDevice;
+  std::lock_guard lk(mu_);
+  uint32_t slot = 0;
+  if (!kernel_slots_.find(kernel, &slot) || kernels_[slot].fn.empty()) return Status::kInvalidResourceHandle;
+  Kernel& k = kernels_[slot];
+  bind(device);
+  CUfunction fn = nullptr;
+  if (Status s = function_on(k, device, &fn); !ok(s)) return s;
+  LaunchParams p;
+  if (q.clusters && (q.non_portable || q.shape.blocks_per_cluster() <= kMaxPortableClusterBlocks)) p.shape = q.shape;
+  if (Status s = launch_needs(k, device, fn, p); !ok(s)) return s;
+  // The guest allowed q.smem (its opt-in, or 48 KiB less the static): the
+  // function is raised to it if it allows less, never lowered.
+  int static_smem = 0;
+  if (CUresult r = drv_.func_get_attribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn); r != CUDA_SUCCESS)
+    return to_status(r);
+  const uint32_t allows = std::max<uint32_t>(k.smem_allowed[device], uint32_t(std::max(0, 48 * 1024 - static_smem)));
+  if (q.smem > allows) {
+    if (CUresult r = drv_.func_set_attribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(q.smem));
+        r != CUDA_SUCCESS)
+      return to_status(r);
+    k.smem_allowed[device] = q.smem;
+  }
+  int n = 0;
+  CUresult r;
+  if (q.clusters) {
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = q.shape.cluster.x;
+    attr.value.clusterDim.y = q.shape.cluster.y;
+    attr.value.clusterDim.z = q.shape.cluster.z;
+    CUlaunchConfig config{};
+    config.gridDimX = q.shape.cluster.x, config.gridDimY = q.shape.cluster.y, config.gridDimZ = q.shape.cluster.z;
+    config.blockDimX = q.threads, config.blockDimY = 1, config.blockDimZ = 1;
+    config.sharedMemBytes = q.smem;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    r = drv_.occupancy_clusters(&n, fn, &config);
+  } else {
+    r = drv_.occupancy_blocks(&n, fn, int(q.threads), q.smem, 0);
+  }
+  if (r != CUDA_SUCCESS) return to_status(r);
+  *out = uint32_t(std::max(0, n));
   return Status::kSuccess;
 }
 

@@ -64,6 +64,8 @@ namespace ordo::sim {
 uint64_t coresident_blocks(Dim3 block, uint32_t shared_mem);
 
 constexpr uint64_t kMaxBlockThreads = 1024;
+// The shared memory the device keeps per block (RESERVED_SHARED_MEMORY_PER_BLOCK, backend.cc).
+constexpr uint64_t kReservedSharedPerBlock = 1024;
 
 class Device final : public Backend {
  public:
@@ -148,6 +150,9 @@ class Device final : public Backend {
   // What the program's cubin states of the kernel (sim_module.cc): the sim
   // runs no device code, so its device "uses" what the compiler reported.
   Status kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out) override;
+  // The occupancy calculator's rules (transport/occupancy.h) over those
+  // resources; a cluster fits where its blocks do, on any multiprocessors.
+  Status kernel_occupancy(uint32_t kernel, uint32_t device, const OccupancyQuery& q, uint32_t* out) override;
 
   // The attributes DeviceInfo carries, plus what identifies an H200 to libraries
   // that pick kernels by chip (docs/CUDA.md, "The sim's device").

@@ -115,6 +115,34 @@ Status Device::kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out)
   return Status::kSuccess;
 }
 
+Status Device::kernel_occupancy(uint32_t kernel, uint32_t device, const OccupancyQuery& q, uint32_t* out) {
+  if (device >= devices_) return Status::kInvalidDevice;
+  if (kernel >= registry().count.load(std::memory_order_acquire)) return Status::kInvalidResourceHandle;
+  const uint32_t cluster = q.shape.blocks_per_cluster();
+  if (q.clusters && (cluster > kMaxClusterBlocks || (cluster > kMaxPortableClusterBlocks && !q.non_portable)))
+    return Status::kInvalidClusterSize;
+  image::KernelResources r;
+  {
+    std::lock_guard lk(modules_mu_);
+    if (auto it = kernel_resources_.find(kernel); it != kernel_resources_.end()) r = it->second;
+  }
+  DeviceInfo dev;
+  if (Status s = device_info(device, &dev); !ok(s)) return s;
+  occupancy::Limits l;
+  l.warp_size = uint64_t(std::max(1, dev.warp_size));
+  l.max_threads_per_block = uint64_t(std::max(1, dev.max_threads_per_block));
+  l.regs_per_block = uint64_t(std::max(0, dev.regs_per_block));
+  l.max_threads_per_block = occupancy::max_threads_per_block(r.registers, r.max_threads, l);  // the kernel's own
+  l.max_threads_per_sm = uint64_t(std::max(0, dev.max_threads_per_multiprocessor));
+  l.max_blocks_per_sm = uint64_t(std::max(0, dev.max_blocks_per_multiprocessor));
+  l.regs_per_sm = uint64_t(std::max(0, dev.regs_per_multiprocessor));
+  l.shared_per_sm = dev.shared_mem_per_multiprocessor;
+  l.reserved_shared_per_block = kReservedSharedPerBlock;
+  const uint64_t blocks = occupancy::blocks_per_sm(q.threads, r.registers, uint64_t{r.shared_bytes} + q.smem, l);
+  *out = uint32_t(q.clusters ? blocks * uint64_t(std::max(0, dev.multi_processor_count)) / cluster : blocks);
+  return Status::kSuccess;
+}
+
 Status Device::find_kernel(uint32_t module, std::string_view name, uint32_t* kernel) {
   Registry& r = registry();
   {
