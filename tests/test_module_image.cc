@@ -636,6 +636,25 @@ TEST(KernelResources, ClaimsAreBounded) {
   EXPECT_EQ(k.max_threads, 1025u);
 }
 
+// From sm_90 on, each kernel's shared section starts with the 1 KiB the
+// device reserves per block: not the kernel's own.
+TEST(KernelResources, TheReservedSharedMemoryIsNotTheKernels) {
+  const Bytes with = cubin_of({
+      {".nv.shared.reserved.0", kShtNobits, {}, 0, 0},
+      {".nv.shared.k", kShtNobits, {}, 0, 0x590},
+      {".nv.shared.none", kShtNobits, {}, 0, 0x400},
+  });
+  KernelResourceMap m;
+  ASSERT_TRUE(cubin_resources(with, &m));
+  EXPECT_EQ(m.at("k").shared_bytes, 0x190u);
+  EXPECT_EQ(m.at("none").shared_bytes, 0u);
+  EXPECT_EQ(m.count("reserved.0"), 0u);
+  const Bytes without = cubin_of({{".nv.shared.k", kShtNobits, {}, 0, 0x190}});
+  KernelResourceMap old;
+  ASSERT_TRUE(cubin_resources(without, &old));
+  EXPECT_EQ(old.at("k").shared_bytes, 0x190u);
+}
+
 // A symbol table whose names never end would make every symbol a name as
 // long as the table: names are bounded, and one without its NUL is none.
 TEST(KernelResources, NamesWithoutEndsAreNoNames) {

@@ -22,6 +22,8 @@ constexpr size_t kMaxKernels = 1 << 16;
 constexpr uint32_t kMaxRegisters = 255;
 constexpr uint32_t kMaxBytes = 1u << 30;
 constexpr uint64_t kMaxBlockDim = 1024;
+constexpr std::string_view kReservedShared = ".nv.shared.reserved.0";
+constexpr uint32_t kReservedSharedBytes = 1024;
 
 uint32_t u32_at(std::span<const std::byte> b, size_t off) {
   uint32_t v = 0;
@@ -104,13 +106,20 @@ bool cubin_resources(std::span<const std::byte> elf, KernelResourceMap* out) {
     return section_name(symnames, u32_at(symtab, index * kSymSize));
   };
 
+  // nvcc 13's cubins for sm_90 and later put the 1 KiB the device reserves
+  // per block (.nv.shared.reserved.0) at the start of every kernel's shared
+  // section; the kernel's own static shared memory is what follows.
+  uint32_t reserved = 0;
+  for (uint16_t i = 0; i < r.section_count(); ++i)
+    if (section_name(names, r.section(i).name) == kReservedShared) reserved = kReservedSharedBytes;
   bool good = true;
   for (uint16_t i = 0; i < r.section_count(); ++i) {
     const ElfSection s = r.section(i);
     const std::string_view name = section_name(names, s.name);
     if (name.starts_with(kShared) && s.type == kShtNobits) {
+      if (name == kReservedShared) continue;
       if (KernelResources* k = entry(out, name.substr(kShared.size())))
-        k->shared_bytes = uint32_t(std::min<uint64_t>(s.size, kMaxBytes));
+        k->shared_bytes = uint32_t(std::min<uint64_t>(s.size - std::min<uint64_t>(s.size, reserved), kMaxBytes));
       continue;
     }
     if (s.type != kShtCudaInfo || !name.starts_with(".nv.info")) continue;

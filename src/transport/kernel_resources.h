@@ -9,7 +9,9 @@
 //                        SVAL records {u32 symbol index, u32 value}
 //   .nv.info.<kernel>    EIATTR_MAX_THREADS (0x05, __launch_bounds__) or
 //                        EIATTR_REQNTID (0x10, .reqntid): SVAL {u32 x, y, z}
-//   .nv.shared.<kernel>  SHT_NOBITS; its size is the kernel's static shared memory
+//   .nv.shared.<kernel>  SHT_NOBITS; its size is the kernel's static shared memory,
+//                        and, where the cubin has .nv.shared.reserved.0 (sm_90
+//                        and later), the 1 KiB the device reserves per block first
 // The bytes come from the guest: every read is bounded by the span given.
 #pragma once
 

@@ -594,6 +594,65 @@ void graph_memory_nodes() {
   CHECK(cudaFree(keep));
 }
 
+std::atomic<bool> node_made{false};
+std::atomic<bool> waited_too_long{false};
+void CUDART_CB wait_for_node(void*) {
+  for (int i = 0; i < 10000 && !node_made.load(); ++i) usleep(1000);
+  waited_too_long = !node_made.load();
+}
+
+// What CUDA refuses of graph memory besides, and what must never wait: a
+// node made while a host function waits for its maker (memory a destroyed
+// graph left is reused without waiting for the device).
+void graph_memory_rules() {
+  cudaMemAllocNodeParams ap = {};
+  ap.poolProps.allocType = cudaMemAllocationTypePinned;
+  ap.poolProps.location = {cudaMemLocationTypeDevice, 0};
+  ap.bytesize = kBytes;
+  // Memory of a graph destroyed before any launch is not allocated: no free.
+  cudaGraph_t g;
+  cudaGraphNode_t alloc_node, free_node;
+  CHECK(cudaGraphCreate(&g, 0));
+  CHECK(cudaGraphAddMemAllocNode(&alloc_node, g, nullptr, 0, &ap));
+  void* gone = ap.dptr;
+  CHECK(cudaGraphDestroy(g));
+  EXPECT(cudaFree(gone) != cudaSuccess);
+  cudaGetLastError();
+  // A free node ordered before its allocation node.
+  CHECK(cudaGraphCreate(&g, 0));
+  CHECK(cudaGraphAddMemAllocNode(&alloc_node, g, nullptr, 0, &ap));
+  CHECK(cudaGraphAddMemFreeNode(&free_node, g, nullptr, 0, ap.dptr));
+  CHECK(cudaGraphAddDependencies(g, &free_node, &alloc_node, nullptr, 1));
+  cudaGraphExec_t x;
+  EXPECT(cudaGraphInstantiate(&x, g, 0) != cudaSuccess);
+  cudaGetLastError();
+  CHECK(cudaGraphDestroy(g));
+  // No memory nodes in a child graph (CUDA nests those only by moving them).
+  cudaGraph_t parent, child, inner;
+  cudaGraphNode_t child_node, bad;
+  CHECK(cudaGraphCreate(&parent, 0));
+  CHECK(cudaGraphCreate(&child, 0));
+  CHECK(cudaGraphAddEmptyNode(&bad, child, nullptr, 0));
+  CHECK(cudaGraphAddChildGraphNode(&child_node, parent, nullptr, 0, child));
+  CHECK(cudaGraphChildGraphNodeGetGraph(child_node, &inner));
+  EXPECT(cudaGraphAddMemAllocNode(&bad, inner, nullptr, 0, &ap) != cudaSuccess);
+  cudaGetLastError();
+  CHECK(cudaGraphDestroy(parent));
+  CHECK(cudaGraphDestroy(child));
+  // A node made while another stream's host function waits for it.
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaLaunchHostFunc(s, wait_for_node, nullptr));
+  CHECK(cudaGraphCreate(&g, 0));
+  CHECK(cudaGraphAddMemAllocNode(&alloc_node, g, nullptr, 0, &ap));
+  node_made = true;
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(!waited_too_long);
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaDeviceGraphMemTrim(0));
+}
+
 // Graph memory by capture, as PyTorch's and JAX's stream-ordered allocators
 // make it: cudaMallocAsync and cudaFreeAsync on a capturing stream become
 // allocation and free nodes.
@@ -658,6 +717,7 @@ int main() {
   user_objects_and_attributes();
   graph_memory_nodes();
   graph_memory_captured();
+  graph_memory_rules();
   std::printf("%s\n", failures ? "FAILED" : "OK");
   return failures ? 1 : 0;
 }

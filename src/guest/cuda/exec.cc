@@ -107,6 +107,32 @@ bool flatten(const Graph& g, const GraphNode* top, std::vector<ExecStep>* out) {
   return done == g.nodes.size();
 }
 
+// Whether every free node of an allocation made in the same exec comes after
+// its allocation node (CUDA requires the free to be ordered after it).
+bool frees_follow_allocs(const std::vector<ExecStep>& steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (!steps[i].work.free) continue;
+    const GraphAllocation* a = freed_allocation(steps[i].work);
+    size_t at = steps.size();
+    for (size_t j = 0; j < steps.size(); ++j)
+      if (steps[j].work.alloc.get() == a) at = j;
+    if (at == steps.size()) continue;  // another graph's allocation
+    std::vector<size_t> todo = steps[i].deps;
+    std::vector<bool> seen(steps.size());
+    bool found = false;
+    while (!todo.empty() && !found) {
+      const size_t k = todo.back();
+      todo.pop_back();
+      if (seen[k]) continue;
+      seen[k] = true;
+      found = k == at;
+      todo.insert(todo.end(), steps[k].deps.begin(), steps[k].deps.end());
+    }
+    if (!found) return false;
+  }
+  return true;
+}
+
 // The handle that names `s` again: the legacy stream has one of its own.
 CUstream to_stream(ordo::Stream s) {
   return reinterpret_cast<CUstream>(s.id == ordo::kLegacyStreamId ? kLegacyHandle : stream_handle(s));
@@ -127,6 +153,7 @@ CUresult instantiate(CUgraphExec* out, CUgraph h, unsigned long long flags, CUgr
     const Graph* g = graph_of(h);
     if (!g) return CUDA_ERROR_INVALID_VALUE;
     if (!flatten(*g, nullptr, &x->steps)) return CUDA_ERROR_INVALID_VALUE;  // a cycle
+    if (!frees_follow_allocs(x->steps)) return CUDA_ERROR_INVALID_VALUE;
     x->id = next_graph_id();
     // The graph's user objects, its child graphs' too: the exec outlives them.
     auto hold = [&x](const Graph& graph, auto& self) -> void {
@@ -497,7 +524,8 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hx) {
   if (ordo::Client* c = attached_client())
     for (const PlanItem& p : x->plan)
       if (p.graph) c->graph_destroy(p.graph);
-  cuEventDestroy_v2(x->done);
+  // Its allocations' cached memory is reused once its last launch is done.
+  if (!x->launched || !graph_memory_retire(x->memory_steps(), x->done)) cuEventDestroy_v2(x->done);
   if (!x->user_objects.empty()) {
     // Released once the last launch ran: its stream's host function, or now.
     using Held = std::map<UserObject*, unsigned>;

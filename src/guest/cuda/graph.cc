@@ -176,7 +176,10 @@ NodeWork NodeWork::clone() const {
   w.attrs = attrs;
   w.alloc = alloc;
   w.free = free;
-  if (child) w.child.reset(clone_graph(*child, nullptr));
+  if (child) {
+    w.child.reset(clone_graph(*child, nullptr));
+    w.child->embedded = true;
+  }
   return w;
 }
 

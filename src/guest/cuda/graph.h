@@ -71,6 +71,7 @@ struct Graph {
   uint32_t id = 0;
   std::map<UserObject*, unsigned> user_objects;  // references it holds (cuGraphRetainUserObject)
   unsigned live_execs = 0;  // execs made from it: one at most while it has memory nodes
+  bool embedded = false;    // a child graph node's own: no memory nodes in it
 };
 
 // User objects (user_object.cc): `count` references more, or fewer; the last
@@ -133,6 +134,7 @@ CUresult mem_alloc_node_work(const Graph* g, CUDA_MEM_ALLOC_NODE_PARAMS* p, Node
 CUresult mem_free_node_work(const Graph* g, CUdeviceptr dptr, NodeWork* w);
 CUresult mem_alloc_node_params(const NodeWork& w, CUDA_MEM_ALLOC_NODE_PARAMS* out);
 CUdeviceptr mem_free_node_address(const NodeWork& w);
+const GraphAllocation* freed_allocation(const NodeWork& w);  // a free node's
 // Whether `g` (or a child graph) has memory nodes: such a graph cannot be
 // cloned, nested, instantiated twice at once, or lose nodes or edges.
 bool has_memory_nodes(const Graph& g);
@@ -140,8 +142,12 @@ bool has_memory_nodes(const Graph& g);
 // (and nothing changed) for an allocation still allocated (unless `auto_free`)
 // or a free of one that is not.
 CUresult graph_memory_launch(const std::vector<const NodeWork*>& steps, bool auto_free);
-// cuMemFree(Async) of `dptr`: false if it is not graph memory; else *r.
-bool graph_memory_free(CUdeviceptr dptr, CUresult* r);
+// cuMemFree (async false) or cuMemFreeAsync on `stream` of `dptr`: false if
+// it is not graph memory; else *r.
+bool graph_memory_free(CUdeviceptr dptr, CUstream stream, bool async, bool per_thread, CUresult* r);
+// An exec going: `done` (recorded after its last launch) fences its memory
+// nodes' allocations, and belongs to them if true (else the caller destroys it).
+bool graph_memory_retire(const std::vector<const NodeWork*>& steps, CUevent done);
 bool is_graph_memory(CUdeviceptr dptr);
 
 // ---------------------------------------------------------------- stream capture (capture.cc)

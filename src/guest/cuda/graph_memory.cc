@@ -11,10 +11,12 @@
 // allocation is allocated ("live"), which CUDA's errors depend on (a
 // relaunch of a graph whose allocation is still allocated, a second free).
 //
-// Memory no graph holds goes to a cache, as CUDA's graph pool keeps it for
-// reuse, and is returned to the worker (a free waits for all work, so no
-// launch still running can touch reused memory) when the next allocation
-// node is made or at cuDeviceGraphMemTrim.
+// Memory no graph holds goes to a cache, as CUDA's graph pool keeps it, with
+// fences: the events that mark the end of the last work that may use it (its
+// exec's last launch, a cuMemFreeAsync's stream). A new allocation node takes
+// a cached block of its size whose fences have passed, without waiting for
+// anything (a node made while a host function waits for its maker must not
+// wait for the device); cuDeviceGraphMemTrim returns the rest to the worker.
 #include "graph.h"
 
 #include <algorithm>
@@ -26,13 +28,25 @@
 
 namespace ordo::driver {
 
+// An event whose completion a cached block waits for; destroyed with the last holder.
+struct GraphFence {
+  CUevent event = nullptr;
+  explicit GraphFence(CUevent e) : event(e) {}
+  ~GraphFence() { cuEventDestroy_v2(event); }
+  GraphFence(const GraphFence&) = delete;
+  GraphFence& operator=(const GraphFence&) = delete;
+};
+using Fences = std::vector<std::shared_ptr<GraphFence>>;
+
 struct GraphAllocation {
   CUdeviceptr addr = 0;
-  size_t size = 0;
+  size_t size = 0;      // asked for
+  size_t capacity = 0;  // of the block (a reused one may be larger)
   CUdevice device = 0;
   CUmemPoolProps props{};
   std::vector<CUmemAccessDesc> access;
-  const Graph* owner = nullptr;  // the graph of its allocation node, compared, never followed
+  uint32_t owner = 0;  // the id of the graph of its allocation node
+  Fences fences;       // under the memory mutex
   ~GraphAllocation();
 };
 
@@ -40,7 +54,7 @@ struct GraphAllocation {
 // node at most, in any graph, for as long as that node (or an exec's copy) lives.
 struct GraphFree {
   std::shared_ptr<GraphAllocation> alloc;
-  const Graph* graph = nullptr;
+  uint32_t graph = 0;  // the id of the graph of the free node
   ~GraphFree();
 };
 
@@ -50,6 +64,7 @@ struct Block {
   CUdeviceptr addr;
   size_t size;
   CUdevice device;
+  Fences fences;
 };
 
 struct Usage {
@@ -66,7 +81,7 @@ struct GraphMemory {
   };
   std::map<CUdeviceptr, Entry> allocs;
   std::map<CUdeviceptr, Block> orphans;  // allocated by a launch, their graphs gone: cuMemFree's
-  std::vector<Block> cache;              // held by nothing: returned at the next node or trim
+  std::vector<Block> cache;              // held by nothing: reused, or returned at trim
   std::map<CUdevice, Usage> usage;
 
   void account(CUdevice d, int64_t used, int64_t reserved) {
@@ -82,15 +97,44 @@ GraphMemory& memory() {
   return *m;
 }
 
-// Returns the cache's memory to the worker, outside every lock.
-void drain_cache() {
+// Returns `device`'s cached memory to the worker, outside every lock (a free
+// waits for all work first).
+void trim(CUdevice device) {
   std::vector<Block> blocks;
   {
     std::lock_guard lock(memory().mu);
-    blocks.swap(memory().cache);
-    for (const Block& b : blocks) memory().account(b.device, 0, -int64_t(b.size));
+    auto& cache = memory().cache;
+    for (auto it = cache.begin(); it != cache.end();) {
+      if (it->device != device) {
+        ++it;
+        continue;
+      }
+      memory().account(it->device, 0, -int64_t(it->size));
+      blocks.push_back(std::move(*it));
+      it = cache.erase(it);
+    }
   }
   for (const Block& b : blocks) free_device_memory(b.addr);
+}
+
+bool passed(const Fences& fences) {
+  for (const auto& f : fences)
+    if (cuEventQuery(f->event) != CUDA_SUCCESS) return false;
+  return true;
+}
+
+// A cached block of `device` for `size` bytes (at most twice as large) that
+// nothing can still be using; its fences are released after the lock.
+bool take_cached(CUdevice device, size_t size, Block* out) {
+  std::lock_guard lock(memory().mu);
+  auto& cache = memory().cache;
+  for (auto it = cache.begin(); it != cache.end(); ++it)
+    if (it->device == device && it->size >= size && it->size / 2 <= size && passed(it->fences)) {
+      *out = std::move(*it);
+      cache.erase(it);
+      return true;
+    }
+  return false;
 }
 
 }  // namespace
@@ -102,10 +146,10 @@ GraphAllocation::~GraphAllocation() {
   const bool live = it != m.allocs.end() && it->second.live;
   if (it != m.allocs.end()) m.allocs.erase(it);
   if (live) {
-    m.orphans[addr] = {addr, size, device};
+    m.orphans[addr] = {addr, capacity, device, std::move(fences)};
   } else {
-    m.cache.push_back({addr, size, device});
-    m.account(device, -int64_t(size), 0);
+    m.cache.push_back({addr, capacity, device, std::move(fences)});
+    m.account(device, -int64_t(capacity), 0);
   }
 }
 
@@ -133,22 +177,29 @@ CUresult mem_alloc_node_work(const Graph* g, CUDA_MEM_ALLOC_NODE_PARAMS* p, Node
   }
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
-  drain_cache();
-  uint64_t addr = 0;
-  const ordo::Status s = on_device(c, props.location.id, [&] { return c->malloc(&addr, p->bytesize); });
-  if (!ordo::ok(s)) return s == ordo::Status::kInvalidValue ? CUDA_ERROR_OUT_OF_MEMORY : to_cu(s);
-  device_allocs().add(addr, p->bytesize, props.location.id);
+  Block reused{};
+  uint64_t addr = 0, capacity = p->bytesize;
+  const bool cached = take_cached(props.location.id, p->bytesize, &reused);
+  if (cached) {
+    addr = reused.addr;
+    capacity = reused.size;
+  } else {
+    const ordo::Status s = on_device(c, props.location.id, [&] { return c->malloc(&addr, p->bytesize); });
+    if (!ordo::ok(s)) return s == ordo::Status::kInvalidValue ? CUDA_ERROR_OUT_OF_MEMORY : to_cu(s);
+    device_allocs().add(addr, p->bytesize, props.location.id);
+  }
   auto a = std::make_shared<GraphAllocation>();
   a->addr = addr;
   a->size = p->bytesize;
+  a->capacity = capacity;
   a->device = props.location.id;
   a->props = props;
   a->access.assign(p->accessDescs, p->accessDescs + p->accessDescCount);
-  a->owner = g;
+  a->owner = g->id;
   {
     std::lock_guard lock(memory().mu);
     memory().allocs[addr] = {a, false, nullptr};
-    memory().account(a->device, int64_t(a->size), int64_t(a->size));
+    memory().account(a->device, int64_t(capacity), cached ? 0 : int64_t(capacity));
   }
   w->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
   w->alloc = std::move(a);
@@ -165,7 +216,7 @@ CUresult mem_free_node_work(const Graph* g, CUdeviceptr dptr, NodeWork* w) {
   if (!a || it->second.claim) return CUDA_ERROR_INVALID_VALUE;  // freed by a graph already
   auto f = std::make_shared<GraphFree>();
   f->alloc = a;
-  f->graph = g;
+  f->graph = g->id;
   it->second.claim = f.get();
   w->type = CU_GRAPH_NODE_TYPE_MEM_FREE;
   w->free = std::move(f);
@@ -205,8 +256,17 @@ CUresult graph_memory_launch(const std::vector<const NodeWork*>& steps, bool aut
   return CUDA_SUCCESS;
 }
 
-bool graph_memory_free(CUdeviceptr dptr, CUresult* r) {
+bool graph_memory_free(CUdeviceptr dptr, CUstream stream, bool async, bool per_thread, CUresult* r) {
   GraphMemory& m = memory();
+  if (!is_graph_memory(dptr)) return false;
+  // A stream-ordered free: the memory may be reused once its stream got there.
+  std::shared_ptr<GraphFence> fence;
+  if (async) {
+    CUevent e = nullptr;
+    if (CUresult x = cuEventCreate(&e, CU_EVENT_DISABLE_TIMING); x != CUDA_SUCCESS) return *r = x, true;
+    fence = std::make_shared<GraphFence>(e);
+    if (CUresult x = event_record(e, stream, per_thread); x != CUDA_SUCCESS) return *r = x, true;
+  }
   Block orphan{};
   std::shared_ptr<GraphAllocation> a;  // released after the lock: it may be the last reference
   {
@@ -214,16 +274,20 @@ bool graph_memory_free(CUdeviceptr dptr, CUresult* r) {
     if (auto it = m.allocs.find(dptr); it != m.allocs.end()) {
       a = it->second.node.lock();
       // Not allocated now, or freed inside the graph that owns it: CUDA's error.
-      if (!it->second.live || (a && it->second.claim && it->second.claim->graph == a->owner)) {
+      if (!a || !it->second.live || (it->second.claim && it->second.claim->graph == a->owner)) {
         *r = CUDA_ERROR_INVALID_VALUE;
       } else {
         it->second.live = false;
+        if (fence) a->fences.push_back(fence);
         *r = CUDA_SUCCESS;
       }
       return true;
     }
     auto it = m.orphans.find(dptr);
-    if (it == m.orphans.end()) return false;
+    if (it == m.orphans.end()) {
+      *r = CUDA_ERROR_INVALID_VALUE;  // cached: no graph holds it, nothing allocated it
+      return true;
+    }
     orphan = it->second;
     m.orphans.erase(it);
     m.account(orphan.device, -int64_t(orphan.size), -int64_t(orphan.size));
@@ -234,7 +298,24 @@ bool graph_memory_free(CUdeviceptr dptr, CUresult* r) {
 
 bool is_graph_memory(CUdeviceptr dptr) {
   std::lock_guard lock(memory().mu);
-  return memory().allocs.count(dptr) || memory().orphans.count(dptr);
+  const GraphMemory& m = memory();
+  return m.allocs.count(dptr) || m.orphans.count(dptr) ||
+         std::any_of(m.cache.begin(), m.cache.end(), [dptr](const Block& b) { return b.addr == dptr; });
+}
+
+bool graph_memory_retire(const std::vector<const NodeWork*>& steps, CUevent done) {
+  std::vector<std::shared_ptr<GraphAllocation>> allocs;
+  for (const NodeWork* w : steps) {
+    if (w->alloc) allocs.push_back(w->alloc);
+    if (w->free) allocs.push_back(w->free->alloc);
+  }
+  if (allocs.empty()) return false;
+  auto fence = std::make_shared<GraphFence>(done);
+  {
+    std::lock_guard lock(memory().mu);
+    for (const auto& a : allocs) a->fences.push_back(fence);
+  }
+  return true;  // `allocs` drops its references after the lock
 }
 
 CUresult mem_alloc_node_params(const NodeWork& w, CUDA_MEM_ALLOC_NODE_PARAMS* out) {
@@ -249,6 +330,7 @@ CUresult mem_alloc_node_params(const NodeWork& w, CUDA_MEM_ALLOC_NODE_PARAMS* ou
 }
 
 CUdeviceptr mem_free_node_address(const NodeWork& w) { return w.free->alloc->addr; }
+const GraphAllocation* freed_allocation(const NodeWork& w) { return w.free->alloc.get(); }
 
 }  // namespace ordo::driver
 
@@ -259,7 +341,7 @@ extern "C" {
 CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice dev) {
   if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  drain_cache();
+  trim(dev);
   return CUDA_SUCCESS;
 }
 

@@ -53,6 +53,7 @@ CUresult work_of(const CUgraphNodeParams* p, NodeWork* w) {
       if (!child) return CUDA_ERROR_INVALID_VALUE;
       if (has_memory_nodes(*child)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA nests those only by moving them
       w->child.reset(clone_graph(*child, nullptr));
+      w->child->embedded = true;
       return CUDA_SUCCESS;
     }
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
@@ -321,7 +322,7 @@ CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* out, CUgraph h, const CUgra
   const Graph* g = nullptr;
   {
     std::lock_guard lock(graph_mutex());
-    if (!(g = graph_of(h))) return CUDA_ERROR_INVALID_VALUE;
+    if (!(g = graph_of(h)) || g->embedded) return CUDA_ERROR_INVALID_VALUE;  // CUDA nests such graphs only by moving them
   }
   NodeWork w;  // made outside the lock: it asks the worker for the memory
   if (CUresult e = mem_alloc_node_work(g, p, &w); e != CUDA_SUCCESS) return e;
@@ -337,7 +338,7 @@ CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* out, CUgraph h, const CUgrap
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(graph_mutex());
   const Graph* g = graph_of(h);
-  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  if (!g || g->embedded) return CUDA_ERROR_INVALID_VALUE;  // CUDA nests such graphs only by moving them
   NodeWork w;
   if (CUresult e = mem_free_node_work(g, dptr, &w); e != CUDA_SUCCESS) return e;
   return add(out, h, deps, n, std::move(w));
@@ -359,6 +360,7 @@ CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* out, CUgraph g, const CUg
   NodeWork w;
   w.type = CU_GRAPH_NODE_TYPE_GRAPH;
   w.child.reset(clone_graph(*c, nullptr));
+  w.child->embedded = true;
   return add(out, g, deps, n, std::move(w));
 }
 CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hn, CUgraph* out) {

@@ -158,7 +158,7 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr ptr) {
   if (CUresult e = enter(); e != CUDA_SUCCESS) return e;
   if (!ptr) return CUDA_SUCCESS;
   if (CUresult e = capture_check_unsafe(); e != CUDA_SUCCESS) return e;
-  if (CUresult r; graph_memory_free(ptr, &r)) return r;
+  if (CUresult r; graph_memory_free(ptr, nullptr, false, false, &r)) return r;
   return free_device_memory(ptr);
 }
 

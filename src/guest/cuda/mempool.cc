@@ -142,7 +142,7 @@ CUresult mem_free_async(CUdeviceptr ptr, CUstream stream, bool per_thread) {
       }
     }
     CUresult r = CUDA_SUCCESS;
-    if (graph_memory_free(ptr, &r)) return r;
+    if (graph_memory_free(ptr, stream, true, per_thread, &r)) return r;
   }
   if (CUresult e = stream_synchronize(stream, per_thread); e != CUDA_SUCCESS) return e;
   if (CUresult e = free_device_memory(ptr); e != CUDA_SUCCESS) return e;
