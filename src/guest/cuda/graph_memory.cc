@@ -124,16 +124,26 @@ bool passed(const Fences& fences) {
 }
 
 // A cached block of `device` for `size` bytes (at most twice as large) that
-// nothing can still be using; its fences are released after the lock.
+// nothing can still be using. Its fences are asked outside the lock (an
+// event query takes the graph lock, which is held around this one), and
+// released after it.
 bool take_cached(CUdevice device, size_t size, Block* out) {
-  std::lock_guard lock(memory().mu);
-  auto& cache = memory().cache;
-  for (auto it = cache.begin(); it != cache.end(); ++it)
-    if (it->device == device && it->size >= size && it->size / 2 <= size && passed(it->fences)) {
-      *out = std::move(*it);
-      cache.erase(it);
-      return true;
-    }
+  std::vector<std::pair<CUdeviceptr, Fences>> candidates;
+  {
+    std::lock_guard lock(memory().mu);
+    for (const Block& b : memory().cache)
+      if (b.device == device && b.size >= size && b.size / 2 <= size) candidates.push_back({b.addr, b.fences});
+  }
+  for (const auto& [addr, fences] : candidates) {
+    if (!passed(fences)) continue;
+    std::lock_guard lock(memory().mu);
+    auto& cache = memory().cache;
+    auto it = std::find_if(cache.begin(), cache.end(), [addr](const Block& b) { return b.addr == addr; });
+    if (it == cache.end()) continue;  // another thread took it meanwhile
+    *out = std::move(*it);
+    cache.erase(it);
+    return true;
+  }
   return false;
 }
 

@@ -451,8 +451,9 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunc
 // The most dynamic shared memory each of `blocks` blocks of `threads` threads
 // can have on one multiprocessor: what is left of the multiprocessor's
 // shared memory per block (in the calculator's 128-byte steps, less the
-// reserved and the kernel's static bytes), at most what the kernel allows; 0
-// when that many blocks do not fit at all.
+// reserved and the kernel's static bytes), at most what the kernel allows;
+// CUDA_ERROR_INVALID_VALUE when that many blocks do not fit at all, as the
+// occupancy calculator answers.
 CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* smem, CUfunction fn, int blocks, int threads) {
   if (!smem || blocks <= 0 || threads <= 0) return CUDA_ERROR_INVALID_VALUE;
   Function* f = function_of(fn);
@@ -469,7 +470,7 @@ CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* smem, CUfunctio
   if (threads > a[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] || per_block < fixed ||
       ordo::occupancy::blocks_per_sm(uint64_t(threads), uint64_t(std::max(0, a[CU_FUNC_ATTRIBUTE_NUM_REGS])), 0, l) <
           uint64_t(blocks))
-    return CUDA_SUCCESS;
+    return CUDA_ERROR_INVALID_VALUE;
   *smem = size_t(std::min<uint64_t>(per_block - fixed, uint64_t(std::max(0, max_dynamic_smem(f, a)))));
   return CUDA_SUCCESS;
 }
