@@ -169,6 +169,16 @@ Entry graph_entry(Op op, uint64_t a0, uint64_t a1 = 0) {
   return e;
 }
 
+// An occupancy query: 128 threads, 4 KiB of dynamic shared memory, pairs of blocks.
+Entry occupancy_entry() {
+  Entry e = entry(Op::KernelOccupancy);
+  e.arg[2] = 128;
+  e.arg[3] = 4096;
+  e.arg[4] = LaunchShape{{2, 1, 1}, false}.flags();
+  e.arg[5] = kOccupancyClusters;
+  return e;
+}
+
 std::vector<std::pair<std::string, Entry>> good_entries(const Layout& l) {
   std::vector<std::pair<std::string, Entry>> v;
   for (size_t i = 0; i < kOpCount; ++i)
@@ -178,6 +188,7 @@ std::vector<std::pair<std::string, Entry>> good_entries(const Layout& l) {
                                             : Op(i) == Op::GraphCreate  ? graph_entry(Op::GraphCreate, 0, 8)
                                             : Op(i) == Op::GraphLaunch  ? graph_entry(Op::GraphLaunch, 1)
                                             : Op(i) == Op::GraphDestroy ? graph_entry(Op::GraphDestroy, 1)
+                                            : Op(i) == Op::KernelOccupancy ? occupancy_entry()
                                                                         : entry(Op(i))});
   auto add = [&](std::string n, const Entry& e) { v.push_back({std::move(n), e}); };
   Entry e;
@@ -449,6 +460,35 @@ std::vector<BadCase> bad_entries(const Layout& l) {
   e = entry(Op::PeerAccess);
   e.arg[2] = 3;
   add("peer access command 3", e, Path::Slot);
+  // Occupancy queries: threads, shared memory, shape and mode bits in range.
+  for (uint64_t threads : {uint64_t{0}, uint64_t{1025}, UINT64_MAX}) {
+    e = occupancy_entry();
+    e.arg[2] = threads;
+    add("occupancy of " + std::to_string(threads) + " threads", e, Path::Slot);
+  }
+  e = occupancy_entry();
+  e.arg[3] = uint64_t{1} << 32;
+  add("occupancy with 4 GiB of shared memory", e, Path::Slot);
+  for (uint64_t shape : {uint64_t{1} << 12, uint64_t{1} << 13, uint64_t{1} << 32}) {
+    e = occupancy_entry();
+    e.arg[4] = shape;
+    add("occupancy of shape " + std::to_string(shape), e, Path::Slot);
+  }
+  e = occupancy_entry();
+  e.arg[5] = 4;
+  add("occupancy mode 4", e, Path::Slot);
+  e = occupancy_entry();
+  e.arg[1] = kMaxDevices;
+  add("occupancy on device kMaxDevices", e, Path::Slot, Status::kInvalidDevice);
+  e = occupancy_entry();
+  e.arg[0] = uint64_t{1} << 32;
+  add("occupancy of kernel 2^32", e, Path::Slot, Status::kInvalidResourceHandle);
+  e = entry(Op::KernelAttributes);
+  e.arg[0] = uint64_t{1} << 32;
+  add("attributes of kernel 2^32", e, Path::Slot, Status::kInvalidResourceHandle);
+  e = entry(Op::KernelAttributes);
+  e.arg[1] = kMaxDevices;
+  add("attributes on device kMaxDevices", e, Path::Slot, Status::kInvalidDevice);
   return v;
 }
 

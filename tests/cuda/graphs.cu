@@ -705,6 +705,50 @@ void graph_memory_captured() {
   CHECK(cudaFree(keep));
 }
 
+// Threads capturing stream-ordered allocations at once, launching and
+// destroying graphs and execs in either order (with launches in flight):
+// allocations made, reused and freed under the graph lock and the graph
+// memory's, which once deadlocked here.
+void graph_memory_threads() {
+  std::atomic<int> wrong{0};
+  auto work = [&wrong](int t) {
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    int* keep;
+    CHECK(cudaMalloc(&keep, kBytes));
+    std::vector<int> out(kN);
+    for (int it = 0; it < 12; ++it) {
+      const int v = t * 1000 + it;
+      CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      int* mem = nullptr;
+      CHECK(cudaMallocAsync(&mem, kBytes + size_t(it) * 64, s));
+      fill<<<1, kN, 0, s>>>(mem, kN, v);
+      CHECK(cudaMemcpyAsync(keep, mem, kBytes, cudaMemcpyDeviceToDevice, s));
+      CHECK(cudaFreeAsync(mem, s));
+      cudaGraph_t g;
+      CHECK(cudaStreamEndCapture(s, &g));
+      cudaGraphExec_t x;
+      CHECK(cudaGraphInstantiate(&x, g, 0));
+      if (it & 1) CHECK(cudaGraphDestroy(g));
+      CHECK(cudaGraphLaunch(x, s));
+      CHECK(cudaGraphLaunch(x, s));
+      if (it & 2) CHECK(cudaGraphExecDestroy(x));
+      CHECK(cudaMemcpyAsync(out.data(), keep, kBytes, cudaMemcpyDeviceToHost, s));
+      CHECK(cudaStreamSynchronize(s));
+      if (!all_equal(out.data(), v, 1)) ++wrong;
+      if (!(it & 2)) CHECK(cudaGraphExecDestroy(x));
+      if (!(it & 1)) CHECK(cudaGraphDestroy(g));
+    }
+    CHECK(cudaFree(keep));
+    CHECK(cudaStreamDestroy(s));
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back(work, t);
+  for (auto& th : threads) th.join();
+  EXPECT(wrong == 0);
+  CHECK(cudaDeviceGraphMemTrim(0));
+}
+
 }  // namespace
 
 int main() {
@@ -718,6 +762,7 @@ int main() {
   graph_memory_nodes();
   graph_memory_captured();
   graph_memory_rules();
+  graph_memory_threads();
   std::printf("%s\n", failures ? "FAILED" : "OK");
   return failures ? 1 : 0;
 }
