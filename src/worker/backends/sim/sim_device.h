@@ -55,6 +55,7 @@
 #include "sim_registry.h"
 #include "sim_stream.h"
 #include "transport/kernel_resources.h"
+#include "transport/occupancy.h"
 #include "worker/backend.h"
 
 namespace ordo::sim {
@@ -173,6 +174,8 @@ class Device final : public Backend {
     std::thread thread;
   };
 
+  Status kernel_limits(uint32_t kernel, uint32_t device, image::KernelResources* r, DeviceInfo* dev,
+                       occupancy::Limits* l);
   // kernel_lookup's search of the registry, registering a module's kernel
   // that has no twin.
   Status find_kernel(uint32_t module, std::string_view name, uint32_t* kernel);

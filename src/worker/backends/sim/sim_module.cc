@@ -81,26 +81,40 @@ Status Device::kernel_lookup(uint32_t module, std::string_view name, uint32_t* k
   return st;
 }
 
+// What the cubin states of `kernel`, the device, and the occupancy
+// calculator's limits with the kernel's own threads per block.
+Status Device::kernel_limits(uint32_t kernel, uint32_t device, image::KernelResources* r, DeviceInfo* dev,
+                             occupancy::Limits* l) {
+  if (device >= devices_) return Status::kInvalidDevice;
+  if (kernel >= registry().count.load(std::memory_order_acquire)) return Status::kInvalidResourceHandle;
+  {
+    std::lock_guard lk(modules_mu_);
+    if (auto it = kernel_resources_.find(kernel); it != kernel_resources_.end()) *r = it->second;
+  }
+  if (Status s = device_info(device, dev); !ok(s)) return s;
+  l->warp_size = uint64_t(std::max(1, dev->warp_size));
+  l->max_threads_per_block = uint64_t(std::max(1, dev->max_threads_per_block));
+  l->regs_per_block = uint64_t(std::max(0, dev->regs_per_block));
+  // kernel_resources.h bounds the cubin's numbers: nothing here can overflow.
+  l->max_threads_per_block = occupancy::max_threads_per_block(r->registers, r->max_threads, *l);
+  l->max_threads_per_sm = uint64_t(std::max(0, dev->max_threads_per_multiprocessor));
+  l->max_blocks_per_sm = uint64_t(std::max(0, dev->max_blocks_per_multiprocessor));
+  l->regs_per_sm = uint64_t(std::max(0, dev->regs_per_multiprocessor));
+  l->shared_per_sm = dev->shared_mem_per_multiprocessor;
+  l->reserved_shared_per_block = kReservedSharedPerBlock;
+  return Status::kSuccess;
+}
+
 // The resources the cubin states, and the limits a device derives from them:
 // threads per block bounded by __launch_bounds__ and by the register file
 // (transport/occupancy.h). Without a cubin for the sim's architecture (PTX a
 // GPU would compile) the nearest one stands in: the sim compiles nothing.
 Status Device::kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out) {
-  if (device >= devices_) return Status::kInvalidDevice;
-  if (kernel >= registry().count.load(std::memory_order_acquire)) return Status::kInvalidResourceHandle;
   image::KernelResources r;
-  {
-    std::lock_guard lk(modules_mu_);
-    if (auto it = kernel_resources_.find(kernel); it != kernel_resources_.end()) r = it->second;
-  }
   DeviceInfo dev;
-  if (Status s = device_info(device, &dev); !ok(s)) return s;
   occupancy::Limits limits;
-  limits.warp_size = uint64_t(std::max(1, dev.warp_size));
-  limits.max_threads_per_block = uint64_t(std::max(1, dev.max_threads_per_block));
-  limits.regs_per_block = uint64_t(std::max(0, dev.regs_per_block));
-  // kernel_resources.h bounds the cubin's numbers: nothing here can overflow.
-  const uint64_t threads = occupancy::max_threads_per_block(r.registers, r.max_threads, limits);
+  if (Status s = kernel_limits(kernel, device, &r, &dev, &limits); !ok(s)) return s;
+  const uint64_t threads = limits.max_threads_per_block;
   const int32_t cc = dev.major * 10 + dev.minor;
   std::fill(out, out + kKernelAttributeCount, 0);
   out[kKernelMaxThreadsPerBlock] = int32_t(threads);
@@ -116,28 +130,13 @@ Status Device::kernel_attributes(uint32_t kernel, uint32_t device, int32_t* out)
 }
 
 Status Device::kernel_occupancy(uint32_t kernel, uint32_t device, const OccupancyQuery& q, uint32_t* out) {
-  if (device >= devices_) return Status::kInvalidDevice;
-  if (kernel >= registry().count.load(std::memory_order_acquire)) return Status::kInvalidResourceHandle;
   const uint32_t cluster = q.shape.blocks_per_cluster();
   if (q.clusters && (cluster > kMaxClusterBlocks || (cluster > kMaxPortableClusterBlocks && !q.non_portable)))
     return Status::kInvalidClusterSize;
   image::KernelResources r;
-  {
-    std::lock_guard lk(modules_mu_);
-    if (auto it = kernel_resources_.find(kernel); it != kernel_resources_.end()) r = it->second;
-  }
   DeviceInfo dev;
-  if (Status s = device_info(device, &dev); !ok(s)) return s;
   occupancy::Limits l;
-  l.warp_size = uint64_t(std::max(1, dev.warp_size));
-  l.max_threads_per_block = uint64_t(std::max(1, dev.max_threads_per_block));
-  l.regs_per_block = uint64_t(std::max(0, dev.regs_per_block));
-  l.max_threads_per_block = occupancy::max_threads_per_block(r.registers, r.max_threads, l);  // the kernel's own
-  l.max_threads_per_sm = uint64_t(std::max(0, dev.max_threads_per_multiprocessor));
-  l.max_blocks_per_sm = uint64_t(std::max(0, dev.max_blocks_per_multiprocessor));
-  l.regs_per_sm = uint64_t(std::max(0, dev.regs_per_multiprocessor));
-  l.shared_per_sm = dev.shared_mem_per_multiprocessor;
-  l.reserved_shared_per_block = kReservedSharedPerBlock;
+  if (Status s = kernel_limits(kernel, device, &r, &dev, &l); !ok(s)) return s;
   const uint64_t blocks = occupancy::blocks_per_sm(q.threads, r.registers, uint64_t{r.shared_bytes} + q.smem, l);
   *out = uint32_t(q.clusters ? blocks * uint64_t(std::max(0, dev.multi_processor_count)) / cluster : blocks);
   return Status::kSuccess;
