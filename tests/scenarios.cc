@@ -78,14 +78,16 @@ void reset(Client& c, const Buffers& b, Problems& p) {
   CHECK_OK(c.device_synchronize());
 }
 
-// True when the slow kernel read the old X, as native CUDA guarantees.
+// True when the slow kernel read the old X, as native CUDA guarantees. A
+// read of the new X, or of a mix (the overwrite ran while the kernel read,
+// which is what a violation looks like when the copy and the read overlap),
+// is a violation either way: the ordered runs count none, the unordered
+// controls count them all.
 bool kernel_saw_old_x(Client& c, const Buffers& b, Problems& p) {
   CHECK_OK(c.device_synchronize());
   std::vector<uint8_t> out(kBytes);
   CHECK_OK(c.memcpy_d2h(out.data(), b.out, kBytes));
-  if (out == b.old_x) return true;
-  if (out != b.new_x) p.add("OUT is neither the old nor the new X: torn or lost data");
-  return false;
+  return out == b.old_x;
 }
 
 sim::SlowCopyArgs slow_copy(const Buffers& b) { return {b.out, b.x, kBytes, 3000, 0}; }
