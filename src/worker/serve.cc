@@ -29,18 +29,16 @@ std::atomic<bool> g_dump{false};
 std::atomic<bool> g_stopping{false};
 std::atomic<bool> g_stop_requested{false};
 
-void on_stop(int) {
-  g_stop_requested.store(true);
-  if (auto* w = g_worker.load()) w->stop();
-}
-void on_usr1(int) { g_dump.store(true); }
+std::atomic<bool> g_restarting{false};
 
-const sigset_t& stop_signals() {
+// SIGTERM, SIGINT and SIGUSR1.
+const sigset_t& handled_signals() {
   static const sigset_t set = [] {
     sigset_t s;
     sigemptyset(&s);
     sigaddset(&s, SIGTERM);
     sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGUSR1);
     return s;
   }();
   return set;
@@ -79,15 +77,32 @@ int print_device_info(Backend& backend, uint32_t device) {
   return 0;
 }
 
-void install_signal_handlers() {
-  struct sigaction sa{};
-  sa.sa_handler = on_stop;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  sa.sa_handler = on_usr1;
-  sigaction(SIGUSR1, &sa, nullptr);
-  // Blocked by the image that restarted into this one (finish()).
-  sigprocmask(SIG_UNBLOCK, &stop_signals(), nullptr);
+// The signals are blocked in every thread (this runs before any is made, and
+// they inherit the mask) and taken by one thread of their own with sigwait,
+// so that a stop is acted on whatever the other threads are doing: a handler
+// runs on whichever thread the kernel picks, and a sanitizer that defers
+// handlers to the thread's next intercepted call deferred a stop sent to the
+// dispatch loop, which makes none, for ever. A stop that comes once a restart
+// is under way (finish()) is sent again, to stay pending across the exec for
+// the new image, which blocks the signals the same way and so takes it.
+void take_signals() {
+  pthread_sigmask(SIG_BLOCK, &handled_signals(), nullptr);
+  std::thread([] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&handled_signals(), &sig) != 0) continue;
+      if (sig == SIGUSR1) {
+        g_dump.store(true);
+        continue;
+      }
+      if (g_restarting.load()) {
+        kill(getpid(), sig);
+        return;
+      }
+      g_stop_requested.store(true);
+      if (auto* w = g_worker.load()) w->stop();
+    }
+  }).detach();
 }
 
 // One part's serving state, from the region's creation to the process's exit.
@@ -216,8 +231,8 @@ struct Part {
 
   int finish(Worker& worker) {
     // A stop that arrives from here on stays pending across the exec below,
-    // for the new image to take once its handlers are in place.
-    sigprocmask(SIG_BLOCK, &stop_signals(), nullptr);
+    // for the new image to take (take_signals).
+    g_restarting.store(true);
     if (worker.restart_requested() && !g_stop_requested.load()) {
       // CUDA ends a kernel fault's context only with the process. The region
       // stays as it is until the new process resets it, and a guest that asked
@@ -246,6 +261,7 @@ struct Part {
 }  // namespace
 
 int serve(CommandLine& c, char** argv) {
+  take_signals();
   Part p(c, argv);
   for (const std::string& plugin : c.plugins) {
     if (!sim::load_kernel_plugin(plugin, &p.err)) {
@@ -271,7 +287,6 @@ int serve(CommandLine& c, char** argv) {
     if (!p.bell) std::fprintf(stderr, "ordo-worker: %s; idle sleeps will poll instead\n", p.err.c_str());
   }
   if (!c.ivshmem_socket.empty() && !p.join_ivshmem_server()) return 1;
-  install_signal_handlers();
   if (p.lazy) {
     if (int rc = p.wait_for_first_guest(); rc >= 0) return rc;
   }
