@@ -11,6 +11,7 @@ namespace ordo {
 
 void Worker::op_TensorMapEncode(const SlotCall& c) {
   const auto a = decode<Op::TensorMapEncode>(c.e.arg);
+  if (a.device >= devices_) return reply(c, Status::kInvalidDevice);  // check_entry knows only kMaxDevices
   TensorMapRequest r;
   std::memcpy(&r, region_.slot(c.slot).payload, sizeof r);
   // A request against cuda.h's rules is the program's error, not a forged
