@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <memory>
 #include <string>
@@ -41,6 +42,7 @@ class CheckingBackend final : public NullBackend {
       : NullBackend(2), lo_(reinterpret_cast<uintptr_t>(r.base())), hi_(lo_ + r.size()) {}
   std::string_view name() const override { return "checking"; }
   Status launch(uint32_t, const LaunchParams& p, const OpTag& tag) override {
+    std::lock_guard lock(mu_);
     // A cluster reaches a backend only if it tiles the grid (a driver would fault or hang otherwise).
     if (!ok(check_cluster(p.grid, p.shape.cluster))) __builtin_trap();
     if (tag.op == uint16_t(Op::GraphLaunch)) {
@@ -58,62 +60,75 @@ class CheckingBackend final : public NullBackend {
   // Only requests that keep cuda.h's rules reach a backend (a driver reads
   // `rank` entries of each array).
   Status tensor_map_encode(uint32_t device, const TensorMapRequest& r, std::byte* out) override {
+    std::lock_guard lock(mu_);
     std::string why;
     if (device >= device_count() || !check_tensor_map(r, &why)) __builtin_trap();
     std::memset(out, 0xa5, kTensorMapBytes);
     return Status::kSuccess;
   }
   Status memcpy(uint32_t, MemOperand dst, MemOperand src, uint64_t size, const OpTag&) override {
+    std::lock_guard lock(mu_);
     operand(dst, size);
     operand(src, size);
     return Status::kSuccess;
   }
   Status memset(uint32_t, uint64_t dst, uint8_t, uint64_t size, const OpTag&) override {
+    std::lock_guard lock(mu_);
     device(dst, size);
     return Status::kSuccess;
   }
   // The worker must pass only devices the backend has.
   Status stream_create(uint32_t stream, uint32_t device, bool, int) override {
+    std::lock_guard lock(mu_);
     if (device >= device_count() || stream < kMaxDevices || !streams_.insert(stream).second) __builtin_trap();
     return Status::kSuccess;
   }
   Status stream_destroy(uint32_t stream) override {
+    std::lock_guard lock(mu_);
     if (!streams_.erase(stream)) __builtin_trap();
     return Status::kSuccess;
   }
   Status event_create(uint32_t event, uint32_t device, uint32_t) override {
+    std::lock_guard lock(mu_);
     if (device >= device_count() || event >= kMaxBackendEvents || !events_.insert(event).second) __builtin_trap();
     return Status::kSuccess;
   }
   Status event_destroy(uint32_t event) override {
+    std::lock_guard lock(mu_);
     if (!events_.erase(event)) __builtin_trap();
     return Status::kSuccess;
   }
   Status event_record(uint32_t stream, uint32_t event) override {
+    std::lock_guard lock(mu_);
     live_stream(stream);
     live_event(event);
     return Status::kSuccess;
   }
   Status stream_wait_event(uint32_t stream, uint32_t event) override {
+    std::lock_guard lock(mu_);
     live_stream(stream);
     live_event(event);
     return Status::kSuccess;
   }
   Status event_query(uint32_t event) override {
+    std::lock_guard lock(mu_);
     live_event(event);
     return Status::kSuccess;
   }
   Status event_elapsed(uint32_t a, uint32_t b, float* ms) override {
+    std::lock_guard lock(mu_);
     live_event(a);
     live_event(b);
     *ms = 0;
     return Status::kSuccess;
   }
   void event_notify(uint32_t event, std::function<void()> fn) override {
+    std::lock_guard lock(mu_);
     live_event(event);
     fn();
   }
   Status set_peer_access(uint32_t device, uint32_t peer, bool enable) override {
+    std::lock_guard lock(mu_);
     if (device >= device_count() || peer >= device_count() || device == peer) __builtin_trap();
     // Only what is off may be enabled, only what is on disabled.
     if (peer_[device][peer] == enable) __builtin_trap();
@@ -121,18 +136,21 @@ class CheckingBackend final : public NullBackend {
     return Status::kSuccess;
   }
   Status malloc(uint32_t device, uint64_t size, uint64_t* addr) override {
+    std::lock_guard lock(mu_);
     if (device >= device_count()) __builtin_trap();
     if (Status s = bump(size, addr); !ok(s)) return s;
     allocs_[*addr] = size;
     return Status::kSuccess;
   }
   Status free(uint64_t addr) override {
+    std::lock_guard lock(mu_);
     for (auto& [module, var] : globals_)
       if (var == addr) __builtin_trap();  // a module's variable is the module's to free
     if (!allocs_.erase(addr)) __builtin_trap();  // the worker must only free what it allocated
     return Status::kSuccess;
   }
   Status module_load(uint32_t id, std::span<const std::byte> image) override {
+    std::lock_guard lock(mu_);
     // The worker must hand over its own copy, never the region (the guest could change it mid-load).
     if (image.size() && reinterpret_cast<uintptr_t>(image.data()) >= lo_ &&
         reinterpret_cast<uintptr_t>(image.data()) < hi_)
@@ -142,6 +160,7 @@ class CheckingBackend final : public NullBackend {
     return Status::kSuccess;
   }
   Status module_unload(uint32_t id) override {
+    std::lock_guard lock(mu_);
     if (!modules_.erase(id)) __builtin_trap();
     // Its variables go with it: a copy to one from now on must not reach here.
     for (auto [it, end] = globals_.equal_range(id); it != end; ++it) allocs_.erase(it->second);
@@ -150,6 +169,7 @@ class CheckingBackend final : public NullBackend {
   }
   Status module_global(uint32_t module, uint32_t device, std::string_view name, uint64_t, uint64_t* addr,
                        uint64_t* size) override {
+    std::lock_guard lock(mu_);
     if (!modules_.count(module) || device >= device_count()) __builtin_trap();
     if (name.empty()) return Status::kInvalidValue;
     // A variable in memory of its own, so that copies to it are checked like any.
@@ -159,6 +179,7 @@ class CheckingBackend final : public NullBackend {
     return Status::kSuccess;
   }
   Status kernel_lookup(uint32_t module, std::string_view name, uint32_t* k) override {
+    std::lock_guard lock(mu_);
     if (module && !modules_.count(module)) __builtin_trap();
     *k = uint32_t(name.size());
     return Status::kSuccess;
@@ -166,6 +187,7 @@ class CheckingBackend final : public NullBackend {
   // After a session ends: the worker gave back every stream, event, module,
   // allocation and peer mapping it made for the session.
   void expect_nothing_held() {
+    std::lock_guard lock(mu_);
     if (!allocs_.empty() || !streams_.empty() || !events_.empty() || !modules_.empty()) __builtin_trap();
     for (auto& row : peer_)
       for (bool on : row)
@@ -178,6 +200,7 @@ class CheckingBackend final : public NullBackend {
     if (n && (p < lo_ || p > hi_ || n > hi_ - p)) __builtin_trap();
   }
   void device(uint64_t a, uint64_t n) {
+    std::lock_guard lock(mu_);
     auto it = allocs_.upper_bound(a);
     if (it == allocs_.begin()) __builtin_trap();
     --it;
@@ -199,6 +222,9 @@ class CheckingBackend final : public NullBackend {
     if (!events_.count(e)) __builtin_trap();
   }
   uintptr_t lo_, hi_;
+  // Frees and module loads run on the worker's side thread, beside the
+  // dispatch threads' mallocs and operand checks.
+  std::recursive_mutex mu_;
   std::map<uint64_t, uint64_t> allocs_;
   std::multimap<uint32_t, uint64_t> globals_;  // module -> its variables' addresses
   std::set<uint32_t> streams_, events_, modules_;
