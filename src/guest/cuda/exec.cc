@@ -480,11 +480,7 @@ CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec x, CUgraphNode hn, CUgraph
 CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec x, CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS* p) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
   NodeWork w;
-  if (CUresult e = kernel_node_work(p->func ? p->func : reinterpret_cast<CUfunction>(p->kern),
-                                    {p->gridDimX, p->gridDimY, p->gridDimZ}, {p->blockDimX, p->blockDimY, p->blockDimZ},
-                                    p->sharedMemBytes, p->kernelParams, p->extra, &w);
-      e != CUDA_SUCCESS)
-    return e;
+  if (CUresult e = kernel_params_work(*p, &w); e != CUDA_SUCCESS) return e;
   return exec_set(x, hn, std::move(w));
 }
 CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec x, CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS_v1* p) {

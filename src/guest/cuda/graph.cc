@@ -161,6 +161,12 @@ std::mutex& graph_mutex() {
   return *m;
 }
 
+std::unique_ptr<Graph> embedded_clone(const Graph& g) {
+  std::unique_ptr<Graph> c(clone_graph(g, nullptr));
+  c->embedded = true;
+  return c;
+}
+
 NodeWork NodeWork::clone() const {
   NodeWork w;
   w.type = type;
@@ -176,10 +182,7 @@ NodeWork NodeWork::clone() const {
   w.attrs = attrs;
   w.alloc = alloc;
   w.free = free;
-  if (child) {
-    w.child.reset(clone_graph(*child, nullptr));
-    w.child->embedded = true;
-  }
+  if (child) w.child = embedded_clone(*child);
   return w;
 }
 

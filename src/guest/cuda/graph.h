@@ -108,6 +108,14 @@ GraphNode* live_node(CUgraphNode h);  // null if not a node of a live graph
 // errors, checked when the node is made.
 CUresult kernel_node_work(CUfunction fn, Dim3 grid, Dim3 block, unsigned smem, void** params, void** extra,
                           NodeWork* w);
+// The same from a CUDA_KERNEL_NODE_PARAMS (v2 or v3): a CUkernel stands for its function.
+template <class P>
+CUresult kernel_params_work(const P& p, NodeWork* w) {
+  return kernel_node_work(p.func ? p.func : reinterpret_cast<CUfunction>(p.kern), {p.gridDimX, p.gridDimY, p.gridDimZ},
+                          {p.blockDimX, p.blockDimY, p.blockDimZ}, p.sharedMemBytes, p.kernelParams, p.extra, w);
+}
+// A child graph node's own copy of `g` (nodes, edges, user objects), marked embedded.
+std::unique_ptr<Graph> embedded_clone(const Graph& g);
 // Launch attributes (launch.cc): the cluster and cooperative shape they ask
 // for (*shape, optional), CUDA_SUCCESS for the hints and preferences stream
 // order honours, CUDA_ERROR_NOT_SUPPORTED for the rest.

@@ -28,17 +28,26 @@ CUresult check_memset(const CUDA_MEMSET_NODE_PARAMS& p) {
 
 }  // namespace
 
+namespace {
+
+// Under graph_mutex(): a child graph node's work, its own copy of `child`.
+CUresult child_graph_work(CUgraph child, NodeWork* w) {
+  const Graph* c = graph_of(child);
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  if (has_memory_nodes(*c)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA nests those only by moving them
+  w->type = CU_GRAPH_NODE_TYPE_GRAPH;
+  w->child = embedded_clone(*c);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
 // The work a generic node's parameters describe (cuGraphAddNode, cuGraphNodeSetParams).
 CUresult work_of(const CUgraphNodeParams* p, NodeWork* w) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
   w->type = p->type;
   switch (p->type) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: {
-      const auto& k = p->kernel;
-      return kernel_node_work(k.func ? k.func : reinterpret_cast<CUfunction>(k.kern),
-                              {k.gridDimX, k.gridDimY, k.gridDimZ},
-                              {k.blockDimX, k.blockDimY, k.blockDimZ}, k.sharedMemBytes, k.kernelParams, k.extra, w);
-    }
+    case CU_GRAPH_NODE_TYPE_KERNEL: return kernel_params_work(p->kernel, w);
     case CU_GRAPH_NODE_TYPE_MEMCPY: w->copy = p->memcpy.copyParams; return check_copy(w->copy);
     case CU_GRAPH_NODE_TYPE_MEMSET:
       w->set = {p->memset.dst, p->memset.pitch, p->memset.value, p->memset.elementSize, p->memset.width,
@@ -48,14 +57,7 @@ CUresult work_of(const CUgraphNodeParams* p, NodeWork* w) {
       if (!p->host.fn) return CUDA_ERROR_INVALID_VALUE;
       w->host = {p->host.fn, p->host.userData};
       return CUDA_SUCCESS;
-    case CU_GRAPH_NODE_TYPE_GRAPH: {
-      const Graph* child = graph_of(p->graph.graph);
-      if (!child) return CUDA_ERROR_INVALID_VALUE;
-      if (has_memory_nodes(*child)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA nests those only by moving them
-      w->child.reset(clone_graph(*child, nullptr));
-      w->child->embedded = true;
-      return CUDA_SUCCESS;
-    }
+    case CU_GRAPH_NODE_TYPE_GRAPH: return child_graph_work(p->graph.graph, w);
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       w->event = p->type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? p->eventRecord.event : p->eventWait.event;
@@ -215,11 +217,7 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* out, CUgraph g, const CUgr
                                          const CUDA_KERNEL_NODE_PARAMS* p) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
   NodeWork w;
-  if (CUresult e = kernel_node_work(p->func ? p->func : reinterpret_cast<CUfunction>(p->kern),
-                                    {p->gridDimX, p->gridDimY, p->gridDimZ}, {p->blockDimX, p->blockDimY, p->blockDimZ},
-                                    p->sharedMemBytes, p->kernelParams, p->extra, &w);
-      e != CUDA_SUCCESS)
-    return e;
+  if (CUresult e = kernel_params_work(*p, &w); e != CUDA_SUCCESS) return e;
   std::lock_guard lock(graph_mutex());
   return add(out, g, deps, n, std::move(w));
 }
@@ -254,11 +252,7 @@ CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode hn, CUDA_KERNEL_NODE_PAR
 CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS* p) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
   NodeWork w;
-  if (CUresult e = kernel_node_work(p->func ? p->func : reinterpret_cast<CUfunction>(p->kern),
-                                    {p->gridDimX, p->gridDimY, p->gridDimZ}, {p->blockDimX, p->blockDimY, p->blockDimZ},
-                                    p->sharedMemBytes, p->kernelParams, p->extra, &w);
-      e != CUDA_SUCCESS)
-    return e;
+  if (CUresult e = kernel_params_work(*p, &w); e != CUDA_SUCCESS) return e;
   return with_node(hn, CU_GRAPH_NODE_TYPE_KERNEL, [&w](GraphNode* n) {
     w.attrs = std::move(n->work.attrs);  // new parameters, the same attributes
     n->work = std::move(w);
@@ -354,13 +348,8 @@ CUresult CUDAAPI cuGraphMemFreeNodeGetParams(CUgraphNode hn, CUdeviceptr* dptr) 
 CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
                                           CUgraph child) {
   std::lock_guard lock(graph_mutex());
-  const Graph* c = graph_of(child);
-  if (!c) return CUDA_ERROR_INVALID_VALUE;
-  if (has_memory_nodes(*c)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA nests those only by moving them
   NodeWork w;
-  w.type = CU_GRAPH_NODE_TYPE_GRAPH;
-  w.child.reset(clone_graph(*c, nullptr));
-  w.child->embedded = true;
+  if (CUresult e = child_graph_work(child, &w); e != CUDA_SUCCESS) return e;
   return add(out, g, deps, n, std::move(w));
 }
 CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hn, CUgraph* out) {
