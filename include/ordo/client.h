@@ -111,6 +111,19 @@ class Client {
   // address (CUDA's mapped pinned memory under unified addressing): the guest
   // maps the region where the worker does. If not, *why says why.
   bool pinned_is_mapped(std::string* why = nullptr) const;
+  // Virtual memory management, as cuMemAddressReserve, cuMemAddressFree,
+  // cuMemCreate, cuMemRelease, cuMemMap, cuMemUnmap and cuMemSetAccess: in
+  // whole granules (kVmmGranularity). A handle names physical memory of a
+  // device; mapped at a reserved address it is device memory like malloc's
+  // once set_access granted a device access (`devices`: bit d names device d,
+  // `access`: bits 2d..2d+1 its VmmAccess). unmap waits for all work first.
+  Status vmm_reserve(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t* addr);
+  Status vmm_address_free(uint64_t addr, uint64_t size);
+  Status vmm_create(uint32_t device, uint64_t size, uint64_t* handle);
+  Status vmm_release(uint64_t handle);
+  Status vmm_map(uint64_t addr, uint64_t size, uint64_t handle);
+  Status vmm_unmap(uint64_t addr, uint64_t size);
+  Status vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access);
   Status memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, Stream s);
   Status memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s);  // pageable dst: returns when done
   Status memcpy_d2d_async(uint64_t dst, uint64_t src, uint64_t size, Stream s);

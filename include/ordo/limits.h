@@ -25,6 +25,13 @@ inline constexpr uint32_t kMaxEvents = 65536;
 inline constexpr uint64_t kMaxModuleImage = uint64_t{256} << 20;
 inline constexpr uint32_t kMaxModules = 4096;
 
+// Virtual memory management (cuMemCreate, cuMemMap): sizes, addresses and
+// alignments are multiples of this, the granularity every current NVIDIA GPU
+// reports for device memory (minimum and recommended alike).
+inline constexpr uint64_t kVmmGranularity = uint64_t{2} << 20;
+// A mapping's access from one device (VmmSetAccess arg3), CUmemAccess_flags' numbers.
+enum class VmmAccess : uint8_t { kNone = 0, kRead = 1, kReadWrite = 3 };
+
 // Stream flags (StreamCreate arg0).
 inline constexpr uint64_t kStreamNonBlocking = 1;
 inline constexpr uint64_t kStreamLegacy = 2;  // the device's legacy default stream: its id is the device

@@ -133,6 +133,19 @@ Status Client::malloc(uint64_t* device_addr, uint64_t size) { return core_->memo
 Status Client::free(uint64_t device_addr) { return core_->memory.free(device_addr); }
 Status Client::malloc_host(void** ptr, uint64_t size) { return core_->memory.malloc_host(ptr, size); }
 Status Client::free_host(void* ptr) { return core_->memory.free_host(ptr); }
+Status Client::vmm_reserve(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t* addr) {
+  return core_->memory.vmm_reserve(size, alignment, hint, addr);
+}
+Status Client::vmm_address_free(uint64_t addr, uint64_t size) { return core_->memory.vmm_address_free(addr, size); }
+Status Client::vmm_create(uint32_t device, uint64_t size, uint64_t* handle) {
+  return core_->memory.vmm_create(device, size, handle);
+}
+Status Client::vmm_release(uint64_t handle) { return core_->memory.vmm_release(handle); }
+Status Client::vmm_map(uint64_t addr, uint64_t size, uint64_t handle) { return core_->memory.vmm_map(addr, size, handle); }
+Status Client::vmm_unmap(uint64_t addr, uint64_t size) { return core_->memory.vmm_unmap(addr, size); }
+Status Client::vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access) {
+  return core_->memory.vmm_set_access(addr, size, devices, access);
+}
 bool Client::is_pinned(const void* p, uint64_t size) const { return core_->heap.contains(p, size); }
 bool Client::pinned_is_mapped(std::string* why) const {
   if (why) *why = core_->session.unmapped_why();

@@ -44,4 +44,48 @@ Status Memory::free_host(void* ptr) {
   return threads_.finish(t, Status::kSuccess);
 }
 
+Status Memory::vmm_reserve(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t* addr) {
+  ThreadState& t = threads_.current();
+  if (!addr) return threads_.finish_own(t, Status::kInvalidValue);
+  const Entry e = make_entry<Op::VmmReserve>({.size = size, .alignment = alignment, .hint = hint});
+  return threads_.finish_own(t, threads_.call(e, addr));
+}
+
+Status Memory::vmm_address_free(uint64_t addr, uint64_t size) {
+  ThreadState& t = threads_.current();
+  return threads_.finish_own(t, threads_.call(make_entry<Op::VmmAddressFree>({.addr = addr, .size = size})));
+}
+
+Status Memory::vmm_create(uint32_t device, uint64_t size, uint64_t* handle) {
+  ThreadState& t = threads_.current();
+  if (!handle) return threads_.finish_own(t, Status::kInvalidValue);
+  const Entry e = make_entry<Op::VmmCreate>({.size = size, .device = device});
+  return threads_.finish_own(t, threads_.call(e, handle));
+}
+
+Status Memory::vmm_release(uint64_t handle) {
+  ThreadState& t = threads_.current();
+  return threads_.finish_own(t, threads_.call(make_entry<Op::VmmRelease>({.handle = handle})));
+}
+
+Status Memory::vmm_map(uint64_t addr, uint64_t size, uint64_t handle) {
+  ThreadState& t = threads_.current();
+  const Entry e = make_entry<Op::VmmMap>({.addr = addr, .size = size, .handle = handle});
+  return threads_.finish_own(t, threads_.call(e));
+}
+
+Status Memory::vmm_unmap(uint64_t addr, uint64_t size) {
+  ThreadState& t = threads_.current();
+  // As cudaFree: work issued before, on any device (access may have been
+  // granted to several), may still use the memory.
+  if (Status s = waits_.synchronize_all(t); !ok(s)) return s;
+  return threads_.finish(t, threads_.call(make_entry<Op::VmmUnmap>({.addr = addr, .size = size})));
+}
+
+Status Memory::vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access) {
+  ThreadState& t = threads_.current();
+  const Entry e = make_entry<Op::VmmSetAccess>({.addr = addr, .size = size, .devices = devices, .access = access});
+  return threads_.finish_own(t, threads_.call(e));
+}
+
 }  // namespace ordo::guest

@@ -24,6 +24,15 @@ class Memory {
   void* alloc_host(uint64_t size);
   Status free_host(void* ptr);
 
+  // Virtual memory management (client.h): each a sync call the worker checks.
+  Status vmm_reserve(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t* addr);
+  Status vmm_address_free(uint64_t addr, uint64_t size);
+  Status vmm_create(uint32_t device, uint64_t size, uint64_t* handle);
+  Status vmm_release(uint64_t handle);
+  Status vmm_map(uint64_t addr, uint64_t size, uint64_t handle);
+  Status vmm_unmap(uint64_t addr, uint64_t size);
+  Status vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access);
+
  private:
   Threads& threads_;
   Waits& waits_;

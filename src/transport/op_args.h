@@ -85,6 +85,36 @@ template <> struct Args<Op::Free> {
   uint64_t addr;
   ORDO_ARGS(addr)
 };
+template <> struct Args<Op::VmmReserve> {
+  uint64_t size, alignment, hint;
+  ORDO_ARGS(size, alignment, hint)
+};
+template <> struct Args<Op::VmmAddressFree> {
+  uint64_t addr, size;
+  ORDO_ARGS(addr, size)
+};
+template <> struct Args<Op::VmmCreate> {
+  uint64_t size, device;
+  ORDO_ARGS(size, device)
+};
+template <> struct Args<Op::VmmRelease> {
+  uint64_t handle;
+  ORDO_ARGS(handle)
+};
+template <> struct Args<Op::VmmMap> {
+  uint64_t addr, size, handle;
+  ORDO_ARGS(addr, size, handle)
+};
+template <> struct Args<Op::VmmUnmap> {
+  uint64_t addr, size;
+  ORDO_ARGS(addr, size)
+};
+template <> struct Args<Op::VmmSetAccess> {
+  uint64_t addr, size;
+  uint64_t devices;  // bit d: device d's access is set
+  uint64_t access;   // bits 2d..2d+1: device d's VmmAccess
+  ORDO_ARGS(addr, size, devices, access)
+};
 template <> struct Args<Op::KernelLookup> {
   uint64_t module;  // 0: kernels the backend knows by name; the name is in the payload
   ORDO_ARGS(module)

@@ -130,6 +130,30 @@ class Backend {
 
   virtual Status malloc(uint32_t device, uint64_t size, uint64_t* device_addr) = 0;
   virtual Status free(uint64_t device_addr) = 0;  // caller made sure no work uses it
+  // Virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap,
+  // cuMemSetAccess, and their undoing). The worker holds each request to the
+  // session's VmmTable first: these only do what it allowed. Sizes and
+  // addresses are whole granules (kVmmGranularity); handles are the backend's.
+  // A backend without it keeps supports_vmm() false: guests then read the
+  // device attribute as 0 and the requests fail with kNotSupported.
+  virtual bool supports_vmm() const { return false; }
+  virtual Status vmm_reserve(uint64_t /*size*/, uint64_t /*alignment*/, uint64_t /*hint*/, uint64_t* /*addr*/) {
+    return Status::kNotSupported;
+  }
+  virtual Status vmm_address_free(uint64_t /*addr*/, uint64_t /*size*/) { return Status::kNotSupported; }
+  virtual Status vmm_create(uint32_t /*device*/, uint64_t /*size*/, uint64_t* /*handle*/) {
+    return Status::kNotSupported;
+  }
+  virtual Status vmm_release(uint64_t /*handle*/) { return Status::kNotSupported; }  // memory lives while mapped
+  // Maps the handle's first `size` bytes at addr, accessible from no device until vmm_set_access.
+  virtual Status vmm_map(uint64_t /*addr*/, uint64_t /*size*/, uint64_t /*handle*/, uint32_t /*device*/) {
+    return Status::kNotSupported;
+  }
+  virtual Status vmm_unmap(uint64_t /*addr*/, uint64_t /*size*/) { return Status::kNotSupported; }  // no work uses it
+  // Device d's access (bits 2d..2d+1 of `access`, a VmmAccess) for each bit d of `devices`.
+  virtual Status vmm_set_access(uint64_t /*addr*/, uint64_t /*size*/, uint64_t /*devices*/, uint64_t /*access*/) {
+    return Status::kNotSupported;
+  }
   // A module image (fatbin or cubin) registered by the guest, copied out of the region.
   virtual Status module_load(uint32_t module, std::span<const std::byte> image) = 0;
   virtual Status module_unload(uint32_t module) = 0;

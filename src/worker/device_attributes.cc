@@ -12,6 +12,10 @@ namespace ordo {
 
 namespace {
 
+// CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: shown as the device
+// has it where the backend serves cuMemCreate and cuMemMap (supports_vmm).
+constexpr uint32_t kVmmAttribute = 102;
+
 // By CUdevice_attribute number (cuda.h; the numbering is ABI).
 constexpr WithheldAttribute kWithheld[] = {
     {83, "managed memory (cuMemAllocManaged)"},
@@ -25,7 +29,6 @@ constexpr WithheldAttribute kWithheld[] = {
     {98, "CU_STREAM_WAIT_VALUE_FLUSH"},
     {100, "pageable memory through the host's page tables"},
     {101, "host access to managed memory"},
-    {102, "virtual memory management (cuMemCreate, cuMemMap)"},
     {103, "POSIX file descriptor memory handles"},
     {104, "Win32 memory handles"},
     {105, "Win32 KMT memory handles"},
@@ -64,6 +67,8 @@ Status Backend::guest_attributes(uint32_t device, uint32_t first, int32_t* out) 
   if (Status s = device_attributes(device, first, out); !ok(s)) return s;
   for (const WithheldAttribute& w : kWithheld)
     if (w.attr >= first && w.attr < first + kDeviceAttributesPerCall) out[w.attr - first] = 0;
+  if (!supports_vmm() && kVmmAttribute >= first && kVmmAttribute < first + kDeviceAttributesPerCall)
+    out[kVmmAttribute - first] = 0;
   return Status::kSuccess;
 }
 
@@ -120,6 +125,7 @@ Status Backend::device_attributes(uint32_t device, uint32_t first, int32_t* out)
   a[90] = 1;                                               // COMPUTE_PREEMPTION_SUPPORTED
   a[95] = d.cooperative_launch;                            // COOPERATIVE_LAUNCH
   a[97] = clamp(d.shared_mem_per_block_optin);             // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+  a[102] = 1;                                              // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED (guest_attributes: if supports_vmm)
   a[106] = d.max_blocks_per_multiprocessor;                // MAX_BLOCKS_PER_MULTIPROCESSOR
   a[108] = d.persisting_l2_cache_max_size;                 // MAX_PERSISTING_L2_CACHE_SIZE
   a[111] = 1024;                                           // RESERVED_SHARED_MEMORY_PER_BLOCK

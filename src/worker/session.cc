@@ -101,6 +101,11 @@ void Worker::reset_session() {
     next_graph_ = 1;
   }
   for (auto& [addr, size] : allocations_) backend_.free(addr);
+  // Virtual memory: mappings first, so that physical memory and ranges are free to go.
+  for (auto& [addr, m] : vmm_.mappings()) backend_.vmm_unmap(addr, m.size);
+  for (auto& [h, p] : vmm_.handles()) backend_.vmm_release(p.backend_handle);
+  for (auto& [addr, size] : vmm_.reservations()) backend_.vmm_address_free(addr, size);
+  vmm_.clear();
   allocations_.clear();
   globals_.clear();
   counters_.allocations.store(0, std::memory_order_relaxed);

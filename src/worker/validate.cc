@@ -209,6 +209,59 @@ Status check<Op::TensorMapEncode>(const Args<Op::TensorMapEncode>& a, const Entr
   return check_device(a.device, why);
 }
 
+
+// Virtual memory: sizes, addresses and alignments in whole granules (checked
+// again against the session's tables by the worker: VmmTable).
+Status check_granules(uint64_t addr, uint64_t size, std::string* why, const char* what) {
+  if (size == 0 || size % kVmmGranularity || addr % kVmmGranularity)
+    return bad(why, std::string(what) + " of " + std::to_string(size) + " bytes at " + std::to_string(addr) +
+                        " is not in whole granules of " + std::to_string(kVmmGranularity) + " bytes");
+  return Status::kSuccess;
+}
+
+template <>
+Status check<Op::VmmReserve>(const Args<Op::VmmReserve>& a, const Entry&, const Layout&, std::string* why) {
+  if (a.alignment & (a.alignment - 1)) return bad(why, "reservation alignment is not a power of two");
+  return check_granules(a.hint, a.size, why, "reservation");
+}
+
+template <>
+Status check<Op::VmmAddressFree>(const Args<Op::VmmAddressFree>& a, const Entry&, const Layout&, std::string* why) {
+  return check_granules(a.addr, a.size, why, "freed reservation");
+}
+
+template <>
+Status check<Op::VmmCreate>(const Args<Op::VmmCreate>& a, const Entry&, const Layout&, std::string* why) {
+  if (Status s = check_granules(0, a.size, why, "physical allocation"); !ok(s)) return s;
+  return check_device(a.device, why);
+}
+
+template <>
+Status check<Op::VmmRelease>(const Args<Op::VmmRelease>&, const Entry&, const Layout&, std::string*) {
+  return Status::kSuccess;  // the handle is checked against the session's table
+}
+
+template <>
+Status check<Op::VmmMap>(const Args<Op::VmmMap>& a, const Entry&, const Layout&, std::string* why) {
+  return check_granules(a.addr, a.size, why, "mapping");
+}
+
+template <>
+Status check<Op::VmmUnmap>(const Args<Op::VmmUnmap>& a, const Entry&, const Layout&, std::string* why) {
+  return check_granules(a.addr, a.size, why, "unmapped range");
+}
+
+template <>
+Status check<Op::VmmSetAccess>(const Args<Op::VmmSetAccess>& a, const Entry&, const Layout&, std::string* why) {
+  if (Status s = check_granules(a.addr, a.size, why, "access range"); !ok(s)) return s;
+  if (a.devices >> kMaxDevices) return bad(why, "access set for a device past kMaxDevices", Status::kInvalidDevice);
+  for (uint32_t d = 0; d < kMaxDevices; ++d) {
+    const uint64_t f = a.access >> (2 * d) & 3;
+    if (!(a.devices >> d & 1) ? f != 0 : f == 2)
+      return bad(why, "access flags " + std::to_string(f) + " for device " + std::to_string(d));
+  }
+  return Status::kSuccess;
+}
 }  // namespace
 
 Status check_entry(const Entry& e, Path path, const Layout& l, std::string* why) {

@@ -36,6 +36,7 @@
 #include "trace.h"
 #include "transport/graph_steps.h"
 #include "transport/op_args.h"
+#include "vmm_table.h"
 #include "transport/reply_slot.h"
 #include "transport/ring.h"
 
@@ -261,8 +262,8 @@ class Worker {
   std::atomic<uint32_t> paused_lanes_{0};
   std::atomic<uint64_t> serving_{0};         // attached_, for the extra lanes
   std::mutex waits_mu_;                      // RingState::registered, wait_count, wait_edges
-  // The session's memory tables (allocations_, globals_): lane 0 changes them
-  // (Malloc, Free, module variables), ring handlers on any lane read them.
+  // The session's memory tables (allocations_, globals_, vmm_): lane 0 changes them
+  // (Malloc, Free, module variables, Vmm*), ring handlers on any lane read them.
   mutable std::shared_mutex memory_mu_;
   // Taken only while extra lanes run: one lane has nobody to exclude.
   std::shared_lock<std::shared_mutex> read_memory() const {
@@ -279,6 +280,7 @@ class Worker {
   std::array<uint32_t, kMaxDevices> peers_{};  // per device: bit p = peer access to device p enabled by this guest
   EventTable events_;
   std::map<uint64_t, uint64_t> allocations_;  // device address -> size, this guest's only
+  VmmTable vmm_;  // its reserved ranges, physical memory and mappings (cuMemCreate, cuMemMap)
   // Device variables of this guest's modules: address -> (size, module). Copies
   // may target them; Free may not.
   std::map<uint64_t, std::pair<uint64_t, uint32_t>> globals_;

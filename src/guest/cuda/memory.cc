@@ -284,8 +284,15 @@ CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUd
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = 0; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = device; break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = base; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = base; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = size; break;
+    // Of mapped memory: the reserved range it lies in (cuMemGetAddressRange gives the mapping).
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      if (dev) vmm_reservation_of(ptr, &base, &size);
+      *static_cast<CUdeviceptr*>(data) = base;
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      if (dev) vmm_reservation_of(ptr, &base, &size);
+      *static_cast<size_t*>(data) = size;
+      break;
     case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = dev || mapped_host(c, ptr, 1); break;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *static_cast<unsigned*>(data) = 1; break;
     default: return CUDA_ERROR_NOT_SUPPORTED;

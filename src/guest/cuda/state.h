@@ -118,6 +118,8 @@ inline ordo::Event to_event(CUevent e) { return {reinterpret_cast<uintptr_t>(e)}
 // Device memory the program holds (allocations and module variables), with
 // the device of each range.
 AddressRanges& device_allocs();
+// The reserved range (cuMemAddressReserve) holding ptr, as the program asked for it (vmm.cc).
+bool vmm_reservation_of(uint64_t ptr, uint64_t* base, uint64_t* size);
 // cuMemFree's work, without its check against capture (stream-ordered frees
 // are checked against their stream's).
 CUresult free_device_memory(CUdeviceptr ptr);

@@ -17,6 +17,7 @@ Status Worker::check_device_range(uint64_t addr, uint64_t size) const {
     --it;
     if (range_ok(addr - it->first, size, it->second.first)) return Status::kSuccess;
   }
+  if (vmm_.accessible(addr, size)) return Status::kSuccess;
   return Status::kInvalidDevicePointer;
 }
 

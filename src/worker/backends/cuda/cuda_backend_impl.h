@@ -140,6 +140,17 @@ class CudaBackend final : public Backend {
 
   bool can_access_peer(uint32_t device, uint32_t peer) override;
 
+  // Virtual memory (cuda_vmm.cc): the host driver's, where it has the calls
+  // and the device attribute says so.
+  bool supports_vmm() const override;
+  Status vmm_reserve(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t* addr) override;
+  Status vmm_address_free(uint64_t addr, uint64_t size) override;
+  Status vmm_create(uint32_t device, uint64_t size, uint64_t* handle) override;
+  Status vmm_release(uint64_t handle) override;
+  Status vmm_map(uint64_t addr, uint64_t size, uint64_t handle, uint32_t device) override;
+  Status vmm_unmap(uint64_t addr, uint64_t size) override;
+  Status vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access) override;
+
   Status set_peer_access(uint32_t device, uint32_t peer, bool enable) override;
 
  private:
@@ -323,6 +334,7 @@ class CudaBackend final : public Backend {
   std::map<std::pair<uint32_t, std::string>, uint32_t> kernel_ids_;  // guarded by mu_; (module, name) -> id
   std::map<uint64_t, Alloc> allocs_;                     // guarded by mu_; by device address
   std::map<uint64_t, Global> globals_;                   // guarded by mu_; by device address
+  std::map<uint64_t, Alloc> vmm_maps_;                   // guarded by mu_; mappings (cuMemMap), by device address
   std::vector<HostRange> host_ranges_;                   // guarded by mu_
 };
 

@@ -31,7 +31,14 @@ bool Driver::load(std::string* error) {
          get("cuTensorMapEncodeTiled", 12000, &tensor_map_tiled, false, error) &&
          get("cuTensorMapEncodeIm2col", 12000, &tensor_map_im2col, false, error) &&
          get("cuTensorMapEncodeIm2colWide", 12080, &tensor_map_im2col_wide, false, error) &&
-         get("cuTensorMapReplaceAddress", 12000, &tensor_map_replace_address, false, error);
+         get("cuTensorMapReplaceAddress", 12000, &tensor_map_replace_address, false, error) &&
+         get("cuMemAddressReserve", 10020, &mem_address_reserve, false, error) &&
+         get("cuMemAddressFree", 10020, &mem_address_free, false, error) &&
+         get("cuMemCreate", 10020, &mem_create, false, error) &&
+         get("cuMemRelease", 10020, &mem_release, false, error) &&
+         get("cuMemMap", 10020, &mem_map, false, error) &&
+         get("cuMemUnmap", 10020, &mem_unmap, false, error) &&
+         get("cuMemSetAccess", 10020, &mem_set_access, false, error);
 }
 
 }  // namespace ordo::cuda

@@ -49,6 +49,20 @@ struct Driver {
   PFN_cuTensorMapEncodeIm2colWide_v12080 tensor_map_im2col_wide = nullptr;
   PFN_cuTensorMapReplaceAddress_v12000 tensor_map_replace_address = nullptr;
 
+  // Virtual memory management (optional: without it guests read the device
+  // attribute as 0 and get 801).
+  PFN_cuMemAddressReserve_v10020 mem_address_reserve = nullptr;
+  PFN_cuMemAddressFree_v10020 mem_address_free = nullptr;
+  PFN_cuMemCreate_v10020 mem_create = nullptr;
+  PFN_cuMemRelease_v10020 mem_release = nullptr;
+  PFN_cuMemMap_v10020 mem_map = nullptr;
+  PFN_cuMemUnmap_v10020 mem_unmap = nullptr;
+  PFN_cuMemSetAccess_v10020 mem_set_access = nullptr;
+  bool has_vmm() const {
+    return mem_address_reserve && mem_address_free && mem_create && mem_release && mem_map && mem_unmap &&
+           mem_set_access;
+  }
+
   template <class F>
   static bool get(const char* name, unsigned version, F* out, bool required, std::string* error) {
     void* fn = nullptr;

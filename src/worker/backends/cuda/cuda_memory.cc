@@ -76,6 +76,16 @@ Status CudaBackend::free(uint64_t device_addr) {
 // variable, of any device; *device (if asked) says which. Requires mu_.
 Status CudaBackend::check_device(uint64_t addr, uint64_t size, uint32_t* device) const {
   if (inside(allocs_, addr, size, device) || inside(globals_, addr, size, device)) return Status::kSuccess;
+  // Mappings, which a range may cross where they are adjacent (one reservation's).
+  auto it = vmm_maps_.upper_bound(addr);
+  if (it == vmm_maps_.begin()) return Status::kInvalidDevicePointer;
+  --it;
+  if (addr - it->first >= it->second.size || addr + size < addr) return Status::kInvalidDevicePointer;
+  if (device) *device = it->second.device;
+  for (uint64_t at = addr; it != vmm_maps_.end() && it->first <= at; ++it) {
+    at = it->first + it->second.size;
+    if (at >= addr + size) return Status::kSuccess;
+  }
   return Status::kInvalidDevicePointer;
 }
 

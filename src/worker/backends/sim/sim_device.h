@@ -1,6 +1,7 @@
 // The sim's device: Backend on simulated devices, one object for all of them.
 // Where its methods are: sim_backend.cc (construction, device info),
-// sim_memory.cc (allocations, address translation, peer access),
+// sim_memory.cc (allocations, address translation, peer access), sim_vmm.cc
+// (virtual memory: reserved ranges, memfd-backed mappings),
 // sim_stream.cc (streams, their threads, enqueueing), sim_event.cc (events,
 // notifications, host callbacks), sim_launch.cc (launches, copies, memsets:
 // checked, enqueued, executed), sim_module.cc (modules, globals, kernel lookup).
@@ -121,6 +122,20 @@ class Device final : public Backend {
   // only records the module id so that lookups in unknown modules fail as on a GPU.
   Status module_load(uint32_t module, std::span<const std::byte>) override;
 
+  // Virtual memory (sim_vmm.cc): reserved ranges above the devices' spans,
+  // physical memory as memfds mapped into the range's host address space.
+  bool supports_vmm() const override { return true; }
+  Status vmm_reserve(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t* addr) override;
+  Status vmm_address_free(uint64_t addr, uint64_t size) override;
+  Status vmm_create(uint32_t device, uint64_t size, uint64_t* handle) override;
+  Status vmm_release(uint64_t handle) override;
+  Status vmm_map(uint64_t addr, uint64_t size, uint64_t handle, uint32_t device) override;
+  Status vmm_unmap(uint64_t addr, uint64_t size) override;
+  Status vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access) override;
+  // lookup() inside a reserved range: [addr, addr + bytes) mapped without a
+  // gap, each mapping accessible from `device` (kAnyDevice: from some device).
+  Status vmm_lookup(uint64_t addr, uint64_t bytes, uint64_t device, void** out, std::shared_ptr<const void>* pin) const;
+
   Status module_unload(uint32_t module) override;
 
   // The sim cannot read the image's initial values: a device variable starts
@@ -235,6 +250,9 @@ class Device final : public Backend {
   mutable std::shared_mutex mem_mu_;
   std::map<uint64_t, std::shared_ptr<HostBlock>> allocs_;  // guarded by mem_mu_
   std::array<uint64_t, kMaxDevices> next_addr_{};  // guarded by mem_mu_; per device: its next address
+  std::map<uint64_t, std::shared_ptr<VmmRange>> vmm_ranges_;        // guarded by mem_mu_; by address
+  std::map<uint64_t, std::shared_ptr<VmmPhysical>> vmm_handles_;    // guarded by mem_mu_
+  uint64_t next_vmm_addr_ = kVmmBase, next_vmm_handle_ = 1;          // guarded by mem_mu_
 
   std::mutex modules_mu_;
   std::set<uint32_t> modules_;  // guarded by modules_mu_

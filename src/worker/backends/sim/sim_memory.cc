@@ -51,6 +51,7 @@ Status Device::free(uint64_t device_addr) {
 // `pin` keeps the block alive while the caller uses it (a concurrent free only
 // unlinks it).
 Status Device::lookup(uint64_t addr, uint64_t bytes, void** out, std::shared_ptr<const void>* pin) const {
+  if (is_vmm_addr(addr)) return vmm_lookup(addr, bytes, kAnyDevice, out, pin);
   std::shared_lock lk(mem_mu_);
   auto it = allocs_.upper_bound(addr);
   if (it == allocs_.begin()) return Status::kInvalidDevicePointer;
@@ -106,6 +107,13 @@ void* KernelContext::translate(uint64_t device_addr, uint64_t bytes) const {
   if (void* p = dev_.mapped_host(device_addr, bytes)) return p;  // every device reaches mapped pinned memory
   void* p = nullptr;
   std::shared_ptr<const void> pin;
+  if (is_vmm_addr(device_addr)) {
+    // Mapped memory: reachable where cuMemSetAccess granted this device access, peers or not.
+    if (!ok(dev_.vmm_lookup(device_addr, bytes, device_, &p, &pin)))
+      throw KernelError(Status::kIllegalAddress, "kernel touched reserved memory not mapped, or not accessible from its device");
+    pins_.push_back(std::move(pin));
+    return p;
+  }
   if (!ok(dev_.lookup(device_addr, bytes, &p, &pin))) {
     throw KernelError(Status::kIllegalAddress, "kernel touched memory outside a live allocation");
   }

@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <utility>
+
+#include "ordo/limits.h"
 
 namespace ordo::sim {
 
@@ -30,6 +33,44 @@ constexpr uint64_t kDeviceBase = 0x0d00'0000'0000'0000;
 // Each device's allocations in a range of their own, so an address names its device.
 constexpr unsigned kDeviceSpanShift = 44;
 inline uint32_t device_of_addr(uint64_t addr) { return uint32_t((addr - kDeviceBase) >> kDeviceSpanShift); }
+
+// Reserved ranges (cuMemAddressReserve) lie above every device's span: an
+// address there names no device, its mappings do (sim_vmm.cc).
+constexpr uint64_t kVmmBase = kDeviceBase + (uint64_t{kMaxDevices} << kDeviceSpanShift);
+inline bool is_vmm_addr(uint64_t addr) { return addr >= kVmmBase; }
+constexpr uint64_t kAnyDevice = ~uint64_t{0};
+
+// One reserved range: host address space of its size, inaccessible except
+// where physical memory (a memfd) is mapped into it, so that a range spanning
+// several mappings is contiguous host memory, and two mappings of one handle
+// are the same bytes.
+struct VmmRange {
+  struct View {
+    uint64_t size = 0;
+    uint32_t device = 0;  // whose memory
+    uint64_t access = 0;  // bits 2d..2d+1: device d's VmmAccess
+  };
+  std::byte* host = nullptr;
+  uint64_t size = 0;
+  std::map<uint64_t, View> views;  // offset -> what is mapped there
+  VmmRange() = default;
+  VmmRange(const VmmRange&) = delete;
+  VmmRange& operator=(const VmmRange&) = delete;
+  ~VmmRange() {
+    if (host) ::munmap(host, size);
+  }
+};
+
+// Physical memory of one handle (cuMemCreate): a memfd, zero-filled lazily.
+struct VmmPhysical {
+  int fd = -1;
+  uint64_t size = 0;
+  uint32_t device = 0;
+  VmmPhysical() = default;
+  VmmPhysical(const VmmPhysical&) = delete;
+  VmmPhysical& operator=(const VmmPhysical&) = delete;
+  ~VmmPhysical();  // closes fd; what is mapped stays
+};
 
 // Zeroed host memory behind one device allocation, aligned like the device address.
 class HostBlock {
