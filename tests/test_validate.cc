@@ -179,6 +179,28 @@ Entry occupancy_entry() {
   return e;
 }
 
+// A virtual memory request: op's words as given.
+Entry vmm_entry(Op op, std::initializer_list<uint64_t> args) {
+  Entry e = entry(op);
+  size_t i = 0;
+  for (uint64_t a : args) e.arg[i++] = a;
+  return e;
+}
+constexpr uint64_t kG = kVmmGranularity;
+
+// One good entry of each VMM op (all in whole granules).
+Entry good_vmm(Op op) {
+  switch (op) {
+    case Op::VmmReserve: return vmm_entry(op, {4 * kG, 0, 0});
+    case Op::VmmAddressFree: return vmm_entry(op, {kG, kG});
+    case Op::VmmCreate: return vmm_entry(op, {kG, 0});
+    case Op::VmmMap: return vmm_entry(op, {kG, kG, 1});
+    case Op::VmmUnmap: return vmm_entry(op, {kG, kG});
+    case Op::VmmSetAccess: return vmm_entry(op, {kG, kG, 1, 3});
+    default: return entry(op);
+  }
+}
+
 std::vector<std::pair<std::string, Entry>> good_entries(const Layout& l) {
   std::vector<std::pair<std::string, Entry>> v;
   for (size_t i = 0; i < kOpCount; ++i)
@@ -189,10 +211,16 @@ std::vector<std::pair<std::string, Entry>> good_entries(const Layout& l) {
                                             : Op(i) == Op::GraphLaunch  ? graph_entry(Op::GraphLaunch, 1)
                                             : Op(i) == Op::GraphDestroy ? graph_entry(Op::GraphDestroy, 1)
                                             : Op(i) == Op::KernelOccupancy ? occupancy_entry()
-                                                                        : entry(Op(i))});
+                                                                        : good_vmm(Op(i))});
   auto add = [&](std::string n, const Entry& e) { v.push_back({std::move(n), e}); };
   Entry e;
   // Module image pieces: any offset in the image, up to kMaxModuleImage in all.
+  add("reservation of 1 TiB aligned to 2^40 with a hint", vmm_entry(Op::VmmReserve, {uint64_t{1} << 40, uint64_t{1} << 40, 64 * kG}));
+  add("physical memory on the last device", vmm_entry(Op::VmmCreate, {kG, kMaxDevices - 1}));
+  add("release of any handle (the worker's table decides)", vmm_entry(Op::VmmRelease, {UINT64_MAX}));
+  add("mapping of any handle (the worker's table decides)", vmm_entry(Op::VmmMap, {kG, 2 * kG, UINT64_MAX}));
+  add("access of every device: read-write, read and none",
+      vmm_entry(Op::VmmSetAccess, {kG, kG, 0xffffffff, 0x3333333333333333 | 0x4444444444444444}));
   add("module chunk filling the heap", module_chunk_entry(0, l.heap_size, 0));
   add("module chunk ending at kMaxModuleImage", module_chunk_entry(8, 16, kMaxModuleImage - 16));
   add("module load ending at kMaxModuleImage", module_load_entry(l.heap_size - 16, 16, kMaxModuleImage - 16));
@@ -483,6 +511,33 @@ std::vector<BadCase> bad_entries(const Layout& l) {
   e = occupancy_entry();
   e.arg[0] = uint64_t{1} << 32;
   add("occupancy of kernel 2^32", e, Path::Slot, Status::kInvalidResourceHandle);
+  // Virtual memory: whole granules, alignment a power of two, known access for named devices only.
+  for (Op op : {Op::VmmReserve, Op::VmmAddressFree, Op::VmmCreate, Op::VmmMap, Op::VmmUnmap, Op::VmmSetAccess}) {
+    for (uint64_t size : {uint64_t{0}, kG - 1, kG + 4096, UINT64_MAX}) {
+      e = good_vmm(op);
+      e.arg[op == Op::VmmReserve || op == Op::VmmCreate ? 0 : 1] = size;
+      add(std::string(info(op).name) + " of " + std::to_string(size) + " bytes", e, Path::Slot);
+    }
+    if (op == Op::VmmCreate) continue;  // no address
+    e = good_vmm(op);
+    e.arg[op == Op::VmmReserve ? 2 : 0] = kG + 4096;
+    add(std::string(info(op).name) + " at an address inside a granule", e, Path::Slot);
+  }
+  e = good_vmm(Op::VmmReserve);
+  e.arg[1] = 3 * kG;
+  add("reservation aligned to 3 granules", e, Path::Slot);
+  e = good_vmm(Op::VmmCreate);
+  e.arg[1] = kMaxDevices;
+  add("physical memory on device kMaxDevices", e, Path::Slot, Status::kInvalidDevice);
+  e = good_vmm(Op::VmmSetAccess);
+  e.arg[2] = uint64_t{1} << kMaxDevices;
+  add("access for device kMaxDevices", e, Path::Slot, Status::kInvalidDevice);
+  e = good_vmm(Op::VmmSetAccess);
+  e.arg[3] = 2;
+  add("access flags 2", e, Path::Slot);
+  e = good_vmm(Op::VmmSetAccess);
+  e.arg[3] = 3 | 3 << 2;
+  add("access for a device not named", e, Path::Slot);
   e = entry(Op::KernelAttributes);
   e.arg[0] = uint64_t{1} << 32;
   add("attributes of kernel 2^32", e, Path::Slot, Status::kInvalidResourceHandle);

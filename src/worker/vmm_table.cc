@@ -125,6 +125,7 @@ void VmmTable::clear() {
   reservations_.clear();
   mappings_.clear();
   handles_.clear();
+  next_handle_ = 1;  // a session's handles are its own: numbered alike in each
 }
 
 }  // namespace ordo

@@ -36,7 +36,7 @@ class VmmTable {
   // Exactly one reservation, nothing mapped in it: kInvalidValue otherwise.
   Status remove_reservation(uint64_t addr, uint64_t size);
 
-  uint64_t add_physical(const Physical& p);  // -> this table's handle (never 0, never reused)
+  uint64_t add_physical(const Physical& p);  // -> this table's handle (never 0, never reused before clear())
   const Physical* physical(uint64_t handle) const;  // a live, unreleased handle; null otherwise
   // Marks it released; true if nothing maps it any more, so the backend may
   // let it go now (it is then gone from the table).

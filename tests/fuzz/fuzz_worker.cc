@@ -184,11 +184,78 @@ class CheckingBackend final : public NullBackend {
     *k = uint32_t(name.size());
     return Status::kSuccess;
   }
+  // Virtual memory: the worker's VmmTable must pass on only what keeps the
+  // backend's books consistent (ranges it reserved, handles it made, whole
+  // mappings, nothing mapped twice).
+  bool supports_vmm() const override { return true; }
+  Status vmm_reserve(uint64_t size, uint64_t, uint64_t, uint64_t* addr) override {
+    std::lock_guard lock(mu_);
+    if (size == 0 || size % kVmmGranularity) __builtin_trap();
+    if (size > (uint64_t{1} << 40)) return Status::kMemoryAllocation;
+    // Small addresses, in granules: the fuzzer's 3-byte arguments name them.
+    *addr = next_vmm_;
+    next_vmm_ += size + kVmmGranularity;
+    reserved_[*addr] = size;
+    return Status::kSuccess;
+  }
+  Status vmm_address_free(uint64_t addr, uint64_t size) override {
+    std::lock_guard lock(mu_);
+    auto it = reserved_.find(addr);
+    if (it == reserved_.end() || it->second != size) __builtin_trap();
+    auto m = mapped_.lower_bound(addr);
+    if (m != mapped_.end() && m->first < addr + size) __builtin_trap();  // still mapped
+    reserved_.erase(it);
+    return Status::kSuccess;
+  }
+  Status vmm_create(uint32_t device, uint64_t size, uint64_t* handle) override {
+    std::lock_guard lock(mu_);
+    if (device >= device_count() || size == 0 || size % kVmmGranularity) __builtin_trap();
+    *handle = ++next_handle_ * 1000;  // not the worker's numbering: it must translate
+    physical_[*handle] = size;
+    return Status::kSuccess;
+  }
+  Status vmm_release(uint64_t handle) override {
+    std::lock_guard lock(mu_);
+    if (!physical_.erase(handle)) __builtin_trap();
+    for (auto& [a, m] : mapped_)
+      if (m.second == handle) __builtin_trap();  // released only once unmapped everywhere
+    return Status::kSuccess;
+  }
+  Status vmm_map(uint64_t addr, uint64_t size, uint64_t handle, uint32_t device) override {
+    std::lock_guard lock(mu_);
+    auto p = physical_.find(handle);
+    if (p == physical_.end() || size > p->second || device >= device_count()) __builtin_trap();
+    auto r = reserved_.upper_bound(addr);
+    if (r == reserved_.begin() || addr - std::prev(r)->first + size > std::prev(r)->second) __builtin_trap();
+    auto m = mapped_.lower_bound(addr);
+    if (m != mapped_.end() && m->first < addr + size) __builtin_trap();
+    if (m != mapped_.begin() && std::prev(m)->first + std::prev(m)->second.first > addr) __builtin_trap();
+    mapped_[addr] = {size, handle};
+    return Status::kSuccess;
+  }
+  Status vmm_unmap(uint64_t addr, uint64_t size) override {
+    std::lock_guard lock(mu_);
+    whole_mappings(addr, size);
+    for (auto it = mapped_.find(addr); it != mapped_.end() && it->first < addr + size;) {
+      granted_.erase(it->first);
+      it = mapped_.erase(it);
+    }
+    return Status::kSuccess;
+  }
+  Status vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t) override {
+    std::lock_guard lock(mu_);
+    whole_mappings(addr, size);
+    if (devices >> device_count()) __builtin_trap();
+    for (auto it = mapped_.find(addr); it != mapped_.end() && it->first < addr + size; ++it) granted_.insert(it->first);
+    return Status::kSuccess;
+  }
   // After a session ends: the worker gave back every stream, event, module,
   // allocation and peer mapping it made for the session.
   void expect_nothing_held() {
     std::lock_guard lock(mu_);
     if (!allocs_.empty() || !streams_.empty() || !events_.empty() || !modules_.empty()) __builtin_trap();
+    if (!reserved_.empty() || !physical_.empty() || !mapped_.empty()) __builtin_trap();
+    next_vmm_ = kVmmGranularity;
     for (auto& row : peer_)
       for (bool on : row)
         if (on) __builtin_trap();
@@ -201,12 +268,29 @@ class CheckingBackend final : public NullBackend {
   }
   void device(uint64_t a, uint64_t n) {
     std::lock_guard lock(mu_);
+    if (auto m = mapped_.upper_bound(a); m != mapped_.begin() && a - std::prev(m)->first < std::prev(m)->second.first) {
+      // Mapped memory: accessible mappings without a gap to a + n.
+      for (auto it = std::prev(m); ; ++it) {
+        if (it == mapped_.end() || !granted_.count(it->first)) __builtin_trap();
+        const uint64_t end = it->first + it->second.first;
+        if (end - a >= n) return;
+        if (std::next(it) != mapped_.end() && std::next(it)->first != end) __builtin_trap();
+      }
+    }
     auto it = allocs_.upper_bound(a);
     if (it == allocs_.begin()) __builtin_trap();
     --it;
     if (a - it->first > it->second || n > it->second - (a - it->first)) __builtin_trap();
   }
   void operand(MemOperand m, uint64_t n) { m.device ? device(m.addr, n) : host(m.addr, n); }
+  // [addr, addr + size) is whole mappings without a gap.
+  void whole_mappings(uint64_t addr, uint64_t size) {
+    auto it = mapped_.find(addr);
+    for (uint64_t at = addr; at < addr + size; ++it) {
+      if (it == mapped_.end() || it->first != at) __builtin_trap();
+      at += it->second.first;
+    }
+  }
   // Addresses from kDeviceBase up, a page apart: the fuzzer's address-like arguments land near them.
   static constexpr uint64_t kDeviceBase = 0x7000'0000'0000;
   Status bump(uint64_t size, uint64_t* addr) {
@@ -230,6 +314,10 @@ class CheckingBackend final : public NullBackend {
   std::set<uint32_t> streams_, events_, modules_;
   bool peer_[kMaxDevices][kMaxDevices] = {};
   uint64_t next_ = kDeviceBase;
+  std::map<uint64_t, uint64_t> reserved_, physical_;            // address -> size, handle -> size
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> mapped_;   // address -> (size, handle)
+  std::set<uint64_t> granted_;                                  // mappings some device may touch
+  uint64_t next_vmm_ = kVmmGranularity, next_handle_ = 0;
 };
 
 struct Input {

@@ -4,7 +4,9 @@
 # format that create a graph of every step kind, launch and destroy it (also
 # before its launches ran), and the refused cases; and tensor map requests
 # (TensorMapEncode) that pass and that are refused, and kernel attribute
-# requests (KernelAttributes, KernelOccupancy). Run from the repository root.
+# requests (KernelAttributes, KernelOccupancy), and virtual memory requests
+# (Vmm*: the checking backend starts its reservations at 2 MiB). Run from the
+# repository root.
 import re, struct, hashlib, os, sys
 ops=[m.group(1) for m in re.finditer(r'^ORDO_OP\((\w+),', open('include/ordo/ops.def').read(), re.M)]
 idx={n:i for i,n in enumerate(ops)}
@@ -71,6 +73,17 @@ seeds.update({
  'occupancy out of range: no threads, a cooperative shape, a 16-block cluster without permission': kernel_occupancy(0, 0, 0, 0, 0)+kernel_occupancy(0, 64, 0, 1<<12, 0)+kernel_occupancy(0, 64, 0, 15, 1)+poll(),
  'a built-in kernel\'s attributes': kernel_attributes(0, 0)+poll(),
  'attributes of a kernel never looked up, and of a device past the count': kernel_attributes(4000, 0)+kernel_attributes(0, 40)+poll(),
+})
+G=2<<20
+def vmm(op, *args):
+    a=[arg_small(v) for v in args]
+    return slot_req(op, a+[arg_small(0)]*(6-len(a)))+poll()  # answered before the slot's next request
+grow=vmm('VmmReserve',4*G)+vmm('VmmCreate',G,0)+vmm('VmmCreate',G,0)+vmm('VmmMap',G,G,1)+vmm('VmmMap',2*G,G,2)+vmm('VmmSetAccess',G,2*G,1,3)
+seeds.update({
+ 'virtual memory: reserve, two mappings side by side, access, unmap both, release, free': grow+vmm('VmmUnmap',G,2*G)+vmm('VmmRelease',1)+vmm('VmmRelease',2)+vmm('VmmAddressFree',G,4*G)+poll(),
+ 'virtual memory: released while mapped, then unmapped': grow+vmm('VmmRelease',1)+vmm('VmmUnmap',G,G)+poll(),
+ 'virtual memory left mapped when the session ends': grow+poll(),
+ 'virtual memory forged: handles never given, ranges never reserved, half a mapping': grow+vmm('VmmMap',3*G,G,9)+vmm('VmmMap',7*G,G,1)+vmm('VmmMap',G,G,1)+vmm('VmmUnmap',G,G//2)+vmm('VmmUnmap',3*G,G)+vmm('VmmSetAccess',G,3*G,1,3)+vmm('VmmAddressFree',G,4*G)+vmm('VmmCreate',G,40)+vmm('VmmRelease',77)+poll(),
 })
 out=sys.argv[1]
 for name,data in seeds.items():
