@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs a test binary whose workers run in-process (test_client) on the cuda
+# Runs a test binary whose workers run in-process (test_client*) on the cuda
 # backend over ordo's libcuda.so.1: starts the inner sim worker the backend's
 # driver calls reach, then the binary with ORDO_TEST_BACKEND=cuda.
 #
