@@ -228,6 +228,30 @@ TEST(ClientVmm, ASessionsMemoryIsUndoneWhenItEnds) {
   EXPECT_EQ(v, 0u);  // fresh memory
 }
 
+// PyTorch reserves 1.125x the device's memory for each expandable segment
+// (an H200's 141 GB: 159 GiB), several per device: address space that costs
+// nothing until mapped.
+TEST(ClientVmm, ReservationsLargerThanTheDevice) {
+  InProcessWorker w;
+  auto c = w.attach();
+  const uint64_t big = uint64_t{159} << 30;
+  uint64_t a = 0, b = 0, h = 0;
+  ASSERT_EQ(c->vmm_reserve(big, 0, 0, &a), Status::kSuccess);
+  ASSERT_EQ(c->vmm_reserve(big, 0, 0, &b), Status::kSuccess);
+  EXPECT_TRUE(b >= a + big || a >= b + big);
+  ASSERT_EQ(c->vmm_create(0, kG, &h), Status::kSuccess);
+  ASSERT_EQ(c->vmm_map(b + big - kG, kG, h), Status::kSuccess);  // its last granule
+  ASSERT_EQ(c->vmm_set_access(b + big - kG, kG, 1, kRW), Status::kSuccess);
+  uint64_t in = 0x0123456789abcdef, out = 0;
+  EXPECT_EQ(c->memcpy_h2d(b + big - 8, &in, 8), Status::kSuccess);
+  EXPECT_EQ(c->memcpy_d2h(&out, b + big - 8, 8), Status::kSuccess);
+  EXPECT_EQ(out, in);
+  EXPECT_EQ(c->vmm_unmap(b + big - kG, kG), Status::kSuccess);
+  EXPECT_EQ(c->vmm_release(h), Status::kSuccess);
+  EXPECT_EQ(c->vmm_address_free(a, big), Status::kSuccess);
+  EXPECT_EQ(c->vmm_address_free(b, big), Status::kSuccess);
+}
+
 // Four threads growing ranges of their own at once, as PyTorch's expandable
 // segments do per stream: each sees only its own bytes.
 TEST(ClientVmm, ThreadsGrowRangesOfTheirOwn) {

@@ -40,8 +40,12 @@ bool inaccessible(void* at, uint64_t size) {
 
 }  // namespace
 
+// Address space only (PROT_NONE, no swap reserved): PyTorch reserves 1.125x
+// the device's memory for each expandable segment, several per device.
+constexpr uint64_t kMaxReserveBytes = uint64_t{1} << 40;
+
 Status Device::vmm_reserve(uint64_t size, uint64_t alignment, uint64_t /*hint*/, uint64_t* addr) {
-  if (size == 0 || size > kMaxAllocBytes) return Status::kMemoryAllocation;
+  if (size == 0 || size > kMaxReserveBytes) return Status::kMemoryAllocation;
   auto r = std::make_shared<VmmRange>();
   void* host = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (host == MAP_FAILED) return Status::kMemoryAllocation;
