@@ -4,6 +4,7 @@
 // gets CUDA's error, and its session goes on.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -12,8 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "guest/core.h"
 #include "harness.h"
 #include "ordo/sim.h"
+#include "transport/op_args.h"
 #include "worker/vmm_table.h"
 
 namespace ordo::test {
@@ -226,6 +229,56 @@ TEST(ClientVmm, ASessionsMemoryIsUndoneWhenItEnds) {
   const TwoMappings m = map_two(*c);
   EXPECT_EQ(c->memcpy_d2h(&v, m.va, 4), Status::kSuccess);
   EXPECT_EQ(v, 0u);  // fresh memory
+}
+
+// A guest that unmaps without waiting for its work (libcuda.so.1 always
+// waits; a forged request need not): CUDA calls what the kernels then do
+// undefined, and the worker must stay standing.
+TEST(ClientVmm, UnmapUnderRunningKernelsLeavesTheWorkerStanding) {
+  InProcessWorker w;
+  auto c = w.attach();
+  const uint64_t n = 64;
+  uint64_t va = 0, h = 0;
+  ASSERT_EQ(c->vmm_reserve(n * kG, 0, 0, &va), Status::kSuccess);
+  ASSERT_EQ(c->vmm_create(0, n * kG, &h), Status::kSuccess);
+  ASSERT_EQ(c->vmm_map(va, n * kG, h), Status::kSuccess);
+  ASSERT_EQ(c->vmm_set_access(va, n * kG, 1, kRW), Status::kSuccess);
+  const uint32_t fill = kernel(*c, "ordo_fill_u32");
+  for (uint32_t i = 0; i < 20; ++i) {
+    sim::FillU32Args a{va, n * kG / 4, i, 0};
+    ASSERT_EQ(c->launch(fill, {1}, {1}, &a, sizeof a, kLegacyStream), Status::kSuccess);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the first fill well under way
+  EXPECT_EQ(guest::core_of(*c).threads.call(make_entry<Op::VmmUnmap>({.addr = va, .size = n * kG})),
+            Status::kSuccess);
+  // A kernel that starts after the unmap faults, as on a GPU (sticky for the
+  // session); one already running writes scratch memory.
+  const Status s = c->device_synchronize();
+  EXPECT_TRUE(s == Status::kSuccess || s == Status::kIllegalAddress) << status_name(s);
+  c.reset();
+  auto d = w.attach();  // the worker still serves
+  uint64_t va2 = 0, h2 = 0;
+  ASSERT_EQ(d->vmm_reserve(kG, 0, 0, &va2), Status::kSuccess);
+  ASSERT_EQ(d->vmm_create(0, kG, &h2), Status::kSuccess);
+  ASSERT_EQ(d->vmm_map(va2, kG, h2), Status::kSuccess);
+  ASSERT_EQ(d->vmm_set_access(va2, kG, 1, kRW), Status::kSuccess);
+  uint32_t in = 9, out = 0;
+  EXPECT_EQ(d->memcpy_h2d(va2, &in, 4), Status::kSuccess);
+  EXPECT_EQ(d->memcpy_d2h(&out, va2, 4), Status::kSuccess);
+  EXPECT_EQ(out, in);
+}
+
+// Alignments are bounded, and addresses come back once a session holds none:
+// no sequence of requests uses up the ranges for the requests after it.
+TEST(ClientVmm, ReservationsNeverRunOut) {
+  InProcessWorker w;
+  auto c = w.attach();
+  uint64_t va = 0;
+  EXPECT_EQ(c->vmm_reserve(kG, kVmmMaxAlignment * 2, 0, &va), Status::kInvalidValue);
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_EQ(c->vmm_reserve(kG, kVmmMaxAlignment, 0, &va), Status::kSuccess) << i;
+    ASSERT_EQ(c->vmm_address_free(va, kG), Status::kSuccess);
+  }
 }
 
 // PyTorch reserves 1.125x the device's memory for each expandable segment

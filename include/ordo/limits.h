@@ -29,6 +29,9 @@ inline constexpr uint32_t kMaxModules = 4096;
 // alignments are multiples of this, the granularity every current NVIDIA GPU
 // reports for device memory (minimum and recommended alike).
 inline constexpr uint64_t kVmmGranularity = uint64_t{2} << 20;
+// The largest alignment a reservation may ask for (no GPU's address space
+// places ranges further apart).
+inline constexpr uint64_t kVmmMaxAlignment = uint64_t{1} << 40;
 // A mapping's access from one device (VmmSetAccess arg3), CUmemAccess_flags' numbers.
 enum class VmmAccess : uint8_t { kNone = 0, kRead = 1, kReadWrite = 3 };
 

@@ -1,6 +1,8 @@
 // ordo-worker: serves one guest region on this host. With several sessions the
 // process supervises a worker process per part of the region (supervisor.cc);
 // otherwise, or as one of those, it serves a part itself (serve.cc).
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <string>
 
@@ -10,6 +12,13 @@
 #include "supervisor.h"
 
 int main(int argc, char** argv) {
+  // Each cuMemCreate on the sim is a memfd, and PyTorch's expandable segments
+  // make one per 2 MiB: the soft limit of open files (often 1024) would end a
+  // 16 GiB device's memory at 2 GiB. The hard limit is what the system allows.
+  if (rlimit r; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
   ordo::CommandLine c;
   if (int rc; !ordo::parse_command_line(argc, argv, &c, &rc)) return rc;
   if (c.sessions > 1 && c.partition < 0 && !c.device_info) {

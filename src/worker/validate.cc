@@ -222,6 +222,8 @@ Status check_granules(uint64_t addr, uint64_t size, std::string* why, const char
 template <>
 Status check<Op::VmmReserve>(const Args<Op::VmmReserve>& a, const Entry&, const Layout&, std::string* why) {
   if (a.alignment & (a.alignment - 1)) return bad(why, "reservation alignment is not a power of two");
+  if (a.alignment > kVmmMaxAlignment)
+    return bad(why, "reservation alignment " + std::to_string(a.alignment) + " is past " + std::to_string(kVmmMaxAlignment));
   return check_granules(a.hint, a.size, why, "reservation");
 }
 

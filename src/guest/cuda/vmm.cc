@@ -158,7 +158,8 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemA
 
 CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                      unsigned long long flags) {
-  if (!ptr || !size || flags || size % kPage || addr % kPage || (alignment & (alignment - 1)))
+  if (!ptr || !size || flags || size % kPage || addr % kPage || (alignment & (alignment - 1)) ||
+      alignment > ordo::kVmmMaxAlignment)
     return CUDA_ERROR_INVALID_VALUE;
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
@@ -188,7 +189,9 @@ CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   for (auto m = b.mappings.lower_bound(ptr); m != b.mappings.end() && m->first < ptr + reserved;
        m = b.mappings.lower_bound(ptr)) {
     uint64_t end = m->first + m->second.size;
-    for (auto n = std::next(m); n != b.mappings.end() && n->first == end; ++n) end += n->second.size;
+    // Not past the range: a reservation next to it keeps its mappings.
+    for (auto n = std::next(m); n != b.mappings.end() && n->first == end && n->first < ptr + reserved; ++n)
+      end += n->second.size;
     const uint64_t start = m->first;
     lock.unlock();
     if (CUresult e = unmap(c, b, start, end - start); e != CUDA_SUCCESS) return e;

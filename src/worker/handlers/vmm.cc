@@ -76,6 +76,10 @@ void Worker::op_VmmUnmap(const SlotCall& c) {
     if (Status st = vmm_.check_cover(a.addr, a.size); !ok(st)) return reply(c, st);
     vmm_.remove_mappings(a.addr, a.size, &gone);
   }
+  // On lane 0, unlike Free's on the side thread: a later map of the range
+  // must find it unmapped. The guest waited for all its work first, so the
+  // driver's own wait is for nothing of this session's a correct program
+  // still runs; the sim never waits, and what a guest let run on writes scratch.
   Status st = backend_.vmm_unmap(a.addr, a.size);
   for (uint64_t h : gone)
     if (Status r = backend_.vmm_release(h); ok(st)) st = r;
@@ -85,9 +89,13 @@ void Worker::op_VmmUnmap(const SlotCall& c) {
 void Worker::op_VmmSetAccess(const SlotCall& c) {
   const auto a = decode<Op::VmmSetAccess>(c.e.arg);
   if (a.devices >> devices_) return reply(c, Status::kInvalidDevice);
-  const auto lock = write_memory();
-  if (Status st = vmm_.check_cover(a.addr, a.size); !ok(st)) return reply(c, st);
+  {
+    const auto lock = read_memory();  // only lane 0 changes vmm_: the answer holds after the lock
+    if (Status st = vmm_.check_cover(a.addr, a.size); !ok(st)) return reply(c, st);
+  }
+  // cuMemSetAccess may wait for the device: not under the lock other lanes' copies take.
   if (Status st = backend_.vmm_set_access(a.addr, a.size, a.devices, a.access); !ok(st)) return reply(c, st);
+  const auto lock = write_memory();
   vmm_.set_access(a.addr, a.size, a.devices, a.access);
   reply(c, Status::kSuccess);
 }

@@ -1,6 +1,6 @@
 // The sim's virtual memory: a reserved range is host address space of its
 // size, mapped PROT_NONE; physical memory is a memfd; cuMemMap maps the memfd
-// into the range with MAP_FIXED, and cuMemUnmap puts PROT_NONE back. A range
+// into the range with MAP_FIXED, and cuMemUnmap puts scratch memory there. A range
 // that spans several mappings is then contiguous host memory for copies and
 // kernels, and two mappings of one handle share their bytes, as on a GPU.
 // The worker's VmmTable has checked every request before it gets here.
@@ -34,8 +34,12 @@ VmmRange* range_at(const std::map<uint64_t, std::shared_ptr<VmmRange>>& ranges, 
   return it->second.get();
 }
 
-bool inaccessible(void* at, uint64_t size) {
-  return ::mmap(at, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) != MAP_FAILED;
+// What an unmapped range becomes: scratch memory, not PROT_NONE. Lookups refuse
+// it already; a copy or kernel that a guest let run on past its unmap (CUDA
+// calls that undefined) writes into it instead of faulting the worker.
+bool scratch(void* at, uint64_t size) {
+  return ::mmap(at, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) !=
+         MAP_FAILED;
 }
 
 }  // namespace
@@ -70,6 +74,9 @@ Status Device::vmm_address_free(uint64_t addr, uint64_t size) {
   if (it == vmm_ranges_.end() || it->second->size != size) return Status::kInvalidValue;
   dead = std::move(it->second);
   vmm_ranges_.erase(it);
+  // Addresses are handed out in order: start again once none is held (the
+  // session's reset frees them all), so that no session runs out for another.
+  if (vmm_ranges_.empty()) next_vmm_addr_ = kVmmBase;
   return Status::kSuccess;
 }
 
@@ -110,7 +117,7 @@ Status Device::vmm_unmap(uint64_t addr, uint64_t size) {
   VmmRange* r = range_at(vmm_ranges_, addr, &off);
   if (!r || size > r->size - off) return Status::kInvalidValue;
   r->views.erase(r->views.lower_bound(off), r->views.lower_bound(off + size));
-  return inaccessible(r->host + off, size) ? Status::kSuccess : Status::kMemoryAllocation;
+  return scratch(r->host + off, size) ? Status::kSuccess : Status::kMemoryAllocation;
 }
 
 Status Device::vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access) {
