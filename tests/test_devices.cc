@@ -25,15 +25,22 @@ namespace ordo::test {
 namespace {
 
 // A device with every feature there is: guests are shown none of those
-// whose API ordo does not implement (WithheldAttribute), and every other
-// attribute as the device has it.
-class EveryFeature final : public NullBackend {
+// whose API ordo does not implement (WithheldAttribute), virtual memory
+// management only where the backend serves it, and every other attribute as
+// the device has it.
+class EveryFeature : public NullBackend {
  public:
   Status device_attributes(uint32_t, uint32_t first, int32_t* out) override {
     for (uint32_t i = 0; i < kDeviceAttributesPerCall; ++i) out[i] = int32_t(1000 + first + i);
     return Status::kSuccess;
   }
 };
+class EveryFeatureAndVmm final : public EveryFeature {
+ public:
+  bool supports_vmm() const override { return true; }
+};
+
+constexpr uint32_t kVmmAttribute = 102;  // CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
 
 TEST(Devices, GuestsAreNotShownFeaturesOrdoDoesNotImplement) {
   std::set<uint32_t> withheld;
@@ -41,17 +48,23 @@ TEST(Devices, GuestsAreNotShownFeaturesOrdoDoesNotImplement) {
     ASSERT_LT(w.attr, kDeviceAttributeCount);
     ASSERT_TRUE(withheld.insert(w.attr).second) << w.attr << " listed twice";
   }
-  for (uint32_t gated : {83u, 102u, 119u, 125u})  // managed memory, VMM (NCCL), pool IPC, IPC events
+  for (uint32_t gated : {83u, 103u, 119u, 125u})  // managed memory, POSIX handles, pool IPC, IPC events
     EXPECT_TRUE(withheld.count(gated)) << gated;
-  for (uint32_t kept : {95u, 115u, 120u})  // cooperative launches, memory pools, clusters: implemented
+  for (uint32_t kept : {95u, 115u, 120u, kVmmAttribute})  // cooperative launches, pools, clusters, VMM: implemented
     EXPECT_FALSE(withheld.count(kept)) << kept;
-  InProcessWorker w({}, 16u << 20, std::make_unique<EveryFeature>());
-  auto c = w.attach();
-  for (uint32_t first = 0; first < kDeviceAttributeCount; first += kDeviceAttributesPerCall) {
-    int32_t a[kDeviceAttributesPerCall];
-    ASSERT_EQ(c->device_attributes(0, first, a), Status::kSuccess);
-    for (uint32_t i = 0; i < kDeviceAttributesPerCall; ++i)
-      EXPECT_EQ(a[i], withheld.count(first + i) ? 0 : int32_t(1000 + first + i)) << "attribute " << first + i;
+  for (bool vmm : {false, true}) {
+    std::unique_ptr<Backend> b = vmm ? std::unique_ptr<Backend>(std::make_unique<EveryFeatureAndVmm>())
+                                     : std::make_unique<EveryFeature>();
+    InProcessWorker w({}, 16u << 20, std::move(b));
+    auto c = w.attach();
+    for (uint32_t first = 0; first < kDeviceAttributeCount; first += kDeviceAttributesPerCall) {
+      int32_t a[kDeviceAttributesPerCall];
+      ASSERT_EQ(c->device_attributes(0, first, a), Status::kSuccess);
+      for (uint32_t i = 0; i < kDeviceAttributesPerCall; ++i) {
+        const bool hidden = withheld.count(first + i) || (first + i == kVmmAttribute && !vmm);
+        EXPECT_EQ(a[i], hidden ? 0 : int32_t(1000 + first + i)) << "attribute " << first + i << ", vmm " << vmm;
+      }
+    }
   }
 }
 
