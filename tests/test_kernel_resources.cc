@@ -70,6 +70,31 @@ TEST(KernelResources, NvccCubinsStateEachKernelsRegisters) {
   EXPECT_TRUE(none.empty());
 }
 
+// Compressed cubins (-Xfatbin -compress-all: zstd, and LZ4 with
+// --compress-mode=speed; NVIDIA's libraries ship theirs compressed) state the
+// same resources once decompressed.
+TEST(KernelResources, CompressedCubinsAreRead) {
+  LOAD_OR_SKIP(plain, "FATBIN_DEFAULT");
+  KernelResourceMap want;
+  ASSERT_TRUE(image_resources(plain, 90, &want));
+  for (const char* var : {"FATBIN_COMPRESSED", "FATBIN_LZ4"}) {
+    LOAD_OR_SKIP(img, var);
+    bool compressed = false;
+    FatbinReader r(img);
+    for (FatbinEntry e; r.next(&e);) compressed |= e.is(EntryKind::kElf) && e.compressed();
+    ASSERT_TRUE(compressed) << var << " has no compressed cubin to read";
+    KernelResourceMap m;
+    ASSERT_TRUE(image_resources(img, 90, &m)) << var;
+    ASSERT_EQ(m.size(), want.size()) << var;
+    for (const auto& [name, res] : want) {
+      ASSERT_TRUE(m.count(name)) << var << " " << name;
+      EXPECT_EQ(m.at(name).registers, res.registers) << var << " " << name;
+      EXPECT_EQ(m.at(name).shared_bytes, res.shared_bytes) << var << " " << name;
+      EXPECT_EQ(m.at(name).max_threads, res.max_threads) << var << " " << name;
+    }
+  }
+}
+
 // A cubin made of `sections` (name, type, bytes, sh_link, NOBITS size), after
 // the null section and .shstrtab (section 1).
 struct Section {

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
+#include "transport/decompress.h"
 #include "transport/module_image.h"
 
 namespace ordo::image {
@@ -23,6 +26,8 @@ constexpr uint32_t kMaxRegisters = 255;
 constexpr uint32_t kMaxBytes = 1u << 30;
 constexpr uint64_t kMaxBlockDim = 1024;
 constexpr std::string_view kReservedShared = ".nv.shared.reserved.0";
+// A compressed cubin states its size: no module image is larger (kMaxModuleImage).
+constexpr uint64_t kMaxCubinBytes = uint64_t{256} << 20;
 constexpr uint32_t kReservedSharedBytes = 1024;
 
 uint32_t u32_at(std::span<const std::byte> b, size_t off) {
@@ -155,21 +160,25 @@ bool image_resources(std::span<const std::byte> image, uint32_t arch, KernelReso
     default: return false;
   }
   // The cubin to read: the highest architecture <= arch, else the lowest.
-  std::span<const std::byte> best;
-  uint32_t best_arch = 0;
-  bool best_fits = false;
+  FatbinEntry best;
+  bool have = false, best_fits = false;
   FatbinReader r(image);
   for (FatbinEntry e; r.next(&e);) {
-    if (!e.is(EntryKind::kElf) || e.compressed()) continue;
+    if (!e.is(EntryKind::kElf)) continue;
     const bool fits = e.arch <= arch;
-    const bool better = best.empty() || (fits && (!best_fits || e.arch > best_arch)) ||
-                        (!fits && !best_fits && e.arch < best_arch);
+    const bool better = !have || (fits && (!best_fits || e.arch > best.arch)) ||
+                        (!fits && !best_fits && e.arch < best.arch);
     if (!better) continue;
-    best = e.payload;
-    best_arch = e.arch;
+    best = e;
+    have = true;
     best_fits = fits;
   }
-  return !best.empty() && cubin_resources(best, out);
+  if (!have) return false;
+  if (!best.compressed()) return cubin_resources(best.payload, out);
+  // Compressed (-Xfatbin -compress-all, NVIDIA's libraries): only the one read.
+  std::vector<std::byte> plain;
+  std::string error;
+  return decompress_entry(best, kMaxCubinBytes, &plain, &error) && cubin_resources(plain, out);
 }
 
 }  // namespace ordo::image

@@ -54,9 +54,10 @@ bool cubin_resources(std::span<const std::byte> elf, KernelResourceMap* out);
 
 // The kernels of the cubin a device of architecture `arch` (e.g. 90) would
 // load from a module image: the image itself when it is a cubin; from a
-// fatbin, its uncompressed cubin of the highest architecture up to `arch`, or
-// failing that of the lowest. False when there is none (PTX alone: what the
-// device compiles from it is its own).
+// fatbin, its cubin of the highest architecture up to `arch`, or failing that
+// of the lowest, decompressed if it is compressed (decompress.h). False when
+// there is none, or it cannot be read (PTX alone: what the device compiles
+// from it is its own).
 bool image_resources(std::span<const std::byte> image, uint32_t arch, KernelResourceMap* out);
 
 }  // namespace ordo::image

@@ -1,4 +1,5 @@
 #include "fatbin.h"
+#include "transport/decompress.h"
 
 #include <dlfcn.h>
 
@@ -24,55 +25,6 @@ constexpr uint64_t kMaxFatbin = uint64_t{1} << 32;
 // The nv.info attributes read here (transport/kernel_resources.h walks the records).
 constexpr uint8_t kAttrKparamInfo = 0x17;
 constexpr uint8_t kAttrCbankParamSize = 0x19;
-
-// libzstd, if the guest has it: the only thing libcuda.so.1 needs it for is
-// reading compressed PTX or cubins, so it is not a build dependency.
-struct Zstd {
-  size_t (*decompress)(void*, size_t, const void*, size_t) = nullptr;
-  unsigned (*is_error)(size_t) = nullptr;
-};
-
-const Zstd& zstd() {
-  static Zstd z;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* h = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) return;
-    z.decompress = reinterpret_cast<size_t (*)(void*, size_t, const void*, size_t)>(dlsym(h, "ZSTD_decompress"));
-    z.is_error = reinterpret_cast<unsigned (*)(size_t)>(dlsym(h, "ZSTD_isError"));
-    if (!z.decompress || !z.is_error) z = Zstd{};
-  });
-  return z;
-}
-
-bool decompress(std::span<const std::byte> in, uint64_t out_size, uint64_t flags, std::vector<std::byte>* out,
-                std::string* error) {
-  // The stated size is all there is to size the output by: bounded, so a
-  // hostile image cannot make the guest allocate 2^64 bytes.
-  if (out_size == 0 || out_size > kMaxFatbin) {
-    *error = "compressed fatbin entry with an implausible size";
-    return false;
-  }
-  if (flags & image::kEntryLz4) {  // built in: NVIDIA's libraries (cuFFT) ship their PTX this way
-    out->resize(out_size);
-    const image::Lz4Error e = image::lz4_decompress(in, *out);
-    if (e != image::Lz4Error::kNone) *error = std::string("LZ4-compressed fatbin entry: ") + image::describe(e);
-    return e == image::Lz4Error::kNone;
-  }
-  const Zstd& z = zstd();
-  if (!z.decompress) {
-    *error = "compressed fatbin entry and no libzstd.so.1 to read it; install libzstd or build with "
-             "-Xfatbin -compress=false";
-    return false;
-  }
-  out->resize(out_size);
-  const size_t n = z.decompress(out->data(), out->size(), in.data(), in.size());
-  if (z.is_error(n) || n != out_size) {
-    *error = "compressed fatbin entry does not decompress";
-    return false;
-  }
-  return true;
-}
 
 // One .nv.info.<kernel> section body.
 bool parse_nv_info(std::span<const std::byte> b, KernelLayout* k) {
@@ -125,8 +77,7 @@ bool parse_fatbin_body(std::span<const std::byte> fatbin, KernelLayouts* cubin, 
     if (entry.compressed()) {
       // Worth the work only where a cubin is missing.
       std::string e;
-      if (!entry.compressed_fits() ||
-          !decompress(payload.first(entry.compressed_size), entry.uncompressed_size, entry.flags, &plain, &e)) {
+      if (!image::decompress_entry(entry, kMaxFatbin, &plain, &e)) {
         if (first_error.empty()) first_error = e.empty() ? "bad compressed entry" : e;
         continue;
       }
