@@ -32,8 +32,18 @@ inline constexpr uint64_t kVmmGranularity = uint64_t{2} << 20;
 // The largest alignment a reservation may ask for (no GPU's address space
 // places ranges further apart).
 inline constexpr uint64_t kVmmMaxAlignment = uint64_t{1} << 40;
-// A mapping's access from one device (VmmSetAccess arg3), CUmemAccess_flags' numbers.
+// A mapping's access from one device, CUmemAccess_flags' numbers: two bits a
+// device in one word (VmmSetAccess arg3, and every table of mappings).
 enum class VmmAccess : uint8_t { kNone = 0, kRead = 1, kReadWrite = 3 };
+// Device d's access in such a word.
+constexpr uint64_t vmm_access_of(uint64_t access, uint32_t d) { return access >> (2 * d) & 3; }
+// `old` with each device of `devices` (bit d) given its access in `access`, the others kept.
+constexpr uint64_t vmm_access_merge(uint64_t old, uint64_t devices, uint64_t access) {
+  uint64_t named = 0;  // the two bits of every device named
+  for (uint32_t d = 0; d < kMaxDevices; ++d)
+    if (devices >> d & 1) named |= uint64_t{3} << (2 * d);
+  return (old & ~named) | (access & named);
+}
 
 // Stream flags (StreamCreate arg0).
 inline constexpr uint64_t kStreamNonBlocking = 1;

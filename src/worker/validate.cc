@@ -258,7 +258,7 @@ Status check<Op::VmmSetAccess>(const Args<Op::VmmSetAccess>& a, const Entry&, co
   if (Status s = check_granules(a.addr, a.size, why, "access range"); !ok(s)) return s;
   if (a.devices >> kMaxDevices) return bad(why, "access set for a device past kMaxDevices", Status::kInvalidDevice);
   for (uint32_t d = 0; d < kMaxDevices; ++d) {
-    const uint64_t f = a.access >> (2 * d) & 3;
+    const uint64_t f = vmm_access_of(a.access, d);
     if (!(a.devices >> d & 1) ? f != 0 : f == 2)
       return bad(why, "access flags " + std::to_string(f) + " for device " + std::to_string(d));
   }

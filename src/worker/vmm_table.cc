@@ -102,11 +102,8 @@ void VmmTable::remove_mappings(uint64_t addr, uint64_t size, std::vector<uint64_
 }
 
 void VmmTable::set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access) {
-  uint64_t keep = 0;  // the two bits of every device not named
-  for (uint32_t d = 0; d < kMaxDevices; ++d)
-    if (!(devices >> d & 1)) keep |= uint64_t{3} << (2 * d);
   for (auto it = mappings_.find(addr); it != mappings_.end() && it->first < addr + size; ++it)
-    it->second.access = (it->second.access & keep) | (access & ~keep);
+    it->second.access = vmm_access_merge(it->second.access, devices, access);
 }
 
 bool VmmTable::accessible(uint64_t addr, uint64_t size) const {

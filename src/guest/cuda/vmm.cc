@@ -94,9 +94,6 @@ CUresult check_prop(ordo::Client* c, const CUmemAllocationProp* p, uint32_t* dev
   return CUDA_SUCCESS;
 }
 
-// Device d's access in `access` (bits 2d..2d+1).
-unsigned access_of(uint64_t access, uint32_t d) { return unsigned(access >> (2 * d) & 3); }
-
 // Lets the worker free what no reference and no mapping holds any more. Requires b.mu.
 void forget_handles(ordo::Client* c, Books& b, const std::vector<uint64_t>& handles) {
   for (uint64_t h : handles) {
@@ -275,15 +272,13 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
       return CUDA_ERROR_INVALID_VALUE;
     const uint32_t id = uint32_t(d.location.id);
     devices |= uint64_t{1} << id;
-    access = (access & ~(uint64_t{3} << (2 * id))) | uint64_t(d.flags) << (2 * id);  // a later desc wins
+    access = ordo::vmm_access_merge(access, uint64_t{1} << id, uint64_t(d.flags) << (2 * id));  // a later desc wins
   }
   Books& b = books();
   std::lock_guard lock(b.mu);
   if (Status s = c->vmm_set_access(ptr, size, devices, access); !ok(s)) return to_cu(s);
   for (auto it = b.mappings.lower_bound(ptr); it != b.mappings.end() && it->first < ptr + size; ++it)
-    for (uint32_t d = 0; d < ordo::kMaxDevices; ++d)
-      if (devices >> d & 1)
-        it->second.access = (it->second.access & ~(uint64_t{3} << (2 * d))) | uint64_t(access_of(access, d)) << (2 * d);
+    it->second.access = ordo::vmm_access_merge(it->second.access, devices, access);
   return CUDA_SUCCESS;
 }
 
@@ -297,7 +292,7 @@ CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags, const CUmemLocation* 
   std::lock_guard lock(b.mu);
   auto it = containing(b.mappings, ptr, mapping_size);
   if (it == b.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
-  *flags = access_of(it->second.access, uint32_t(location->id));
+  *flags = ordo::vmm_access_of(it->second.access, uint32_t(location->id));
   return CUDA_SUCCESS;
 }
 

@@ -72,7 +72,7 @@ Status CudaBackend::vmm_set_access(uint64_t addr, uint64_t size, uint64_t device
     CUmemAccessDesc a{};
     a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     a.location.id = devices_[d].ordinal;
-    a.flags = CUmemAccess_flags(access >> (2 * d) & 3);
+    a.flags = CUmemAccess_flags(vmm_access_of(access, d));
     desc.push_back(a);
   }
   if (desc.empty()) return Status::kSuccess;

@@ -121,15 +121,12 @@ Status Device::vmm_unmap(uint64_t addr, uint64_t size) {
 }
 
 Status Device::vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access) {
-  uint64_t keep = 0;
-  for (uint32_t d = 0; d < kMaxDevices; ++d)
-    if (!(devices >> d & 1)) keep |= uint64_t{3} << (2 * d);
   std::unique_lock lk(mem_mu_);
   uint64_t off = 0;
   VmmRange* r = range_at(vmm_ranges_, addr, &off);
   if (!r) return Status::kInvalidValue;
   for (auto it = r->views.lower_bound(off); it != r->views.end() && it->first < off + size; ++it)
-    it->second.access = (it->second.access & keep) | (access & ~keep);
+    it->second.access = vmm_access_merge(it->second.access, devices, access);
   return Status::kSuccess;
 }
 
@@ -148,7 +145,7 @@ Status Device::vmm_lookup(uint64_t addr, uint64_t bytes, uint64_t device, void**
   for (uint64_t at = off; at < off + bytes; ++it) {
     if (it == r->views.end() || it->first > at || it->first + it->second.size <= at) return Status::kInvalidDevicePointer;
     const uint64_t a = it->second.access;
-    if (device == kAnyDevice ? a == 0 : (a >> (2 * device) & 3) == 0) return Status::kInvalidDevicePointer;
+    if (device == kAnyDevice ? a == 0 : vmm_access_of(a, uint32_t(device)) == 0) return Status::kInvalidDevicePointer;
     at = it->first + it->second.size;
   }
   *out = r->host + off;
