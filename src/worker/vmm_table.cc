@@ -1,5 +1,7 @@
 #include "vmm_table.h"
 
+#include "ranges.h"
+
 namespace ordo {
 namespace {
 
@@ -107,15 +109,8 @@ void VmmTable::set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64
 }
 
 bool VmmTable::accessible(uint64_t addr, uint64_t size) const {
-  if (overflows(addr, size)) return false;
-  auto it = containing(mappings_, addr, mapping_size);
-  for (uint64_t at = addr; it != mappings_.end() && it->first <= at; ++it) {
-    if (it->second.access == 0) return false;
-    const uint64_t end = it->first + it->second.size;
-    if (end - addr >= size) return true;
-    at = end;
-  }
-  return false;
+  return !overflows(addr, size) &&
+         covered(mappings_, addr, size, mapping_size, [](const Mapping& m) { return m.access != 0; });
 }
 
 void VmmTable::clear() {

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "cuda_backend_impl.h"
+#include "worker/ranges.h"
 
 namespace ordo::cuda {
 
@@ -77,16 +78,10 @@ Status CudaBackend::free(uint64_t device_addr) {
 Status CudaBackend::check_device(uint64_t addr, uint64_t size, uint32_t* device) const {
   if (inside(allocs_, addr, size, device) || inside(globals_, addr, size, device)) return Status::kSuccess;
   // Mappings, which a range may cross where they are adjacent (one reservation's).
-  auto it = vmm_maps_.upper_bound(addr);
-  if (it == vmm_maps_.begin()) return Status::kInvalidDevicePointer;
-  --it;
-  if (addr - it->first >= it->second.size || addr + size < addr) return Status::kInvalidDevicePointer;
-  if (device) *device = it->second.device;
-  for (uint64_t at = addr; it != vmm_maps_.end() && it->first <= at; ++it) {
-    at = it->first + it->second.size;
-    if (at >= addr + size) return Status::kSuccess;
-  }
-  return Status::kInvalidDevicePointer;
+  if (!covered(vmm_maps_, addr, size, [](const Alloc& a) { return a.size; }, [](const Alloc&) { return true; }))
+    return Status::kInvalidDevicePointer;
+  if (device) *device = std::prev(vmm_maps_.upper_bound(addr))->second.device;  // the mapping addr is in
+  return Status::kSuccess;
 }
 
 // Host operands must lie inside registered memory (the shared region). Requires mu_.

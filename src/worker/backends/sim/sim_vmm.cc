@@ -13,6 +13,7 @@
 
 #include "sim_device.h"
 #include "sim_memory.h"
+#include "worker/ranges.h"
 
 namespace ordo::sim {
 
@@ -139,15 +140,11 @@ Status Device::vmm_lookup(uint64_t addr, uint64_t bytes, uint64_t device, void**
   if (!r) return Status::kInvalidDevicePointer;
   if (bytes > r->size - off) return Status::kInvalidValue;
   // Mapped without a gap from off to off + bytes, each mapping reachable.
-  auto it = r->views.upper_bound(off);
-  if (it == r->views.begin()) return Status::kInvalidDevicePointer;
-  --it;
-  for (uint64_t at = off; at < off + bytes; ++it) {
-    if (it == r->views.end() || it->first > at || it->first + it->second.size <= at) return Status::kInvalidDevicePointer;
-    const uint64_t a = it->second.access;
-    if (device == kAnyDevice ? a == 0 : vmm_access_of(a, uint32_t(device)) == 0) return Status::kInvalidDevicePointer;
-    at = it->first + it->second.size;
-  }
+  const auto reachable = [device](const VmmRange::View& v) {
+    return device == kAnyDevice ? v.access != 0 : vmm_access_of(v.access, uint32_t(device)) != 0;
+  };
+  if (!covered(r->views, off, bytes, [](const VmmRange::View& v) { return v.size; }, reachable))
+    return Status::kInvalidDevicePointer;
   *out = r->host + off;
   if (pin) *pin = *owner;
   return Status::kSuccess;
