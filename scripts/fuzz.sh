@@ -20,7 +20,7 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 "$cxx" "${flags[@]}" tests/fuzz/fuzz_worker.cc \
   src/worker/worker.cc src/worker/ring_server.cc src/worker/slot_server.cc src/worker/side_thread.cc src/worker/session.cc \
   src/worker/handlers/*.cc \
-  src/worker/event_table.cc src/worker/stream_table.cc src/worker/vmm_table.cc src/worker/validate.cc src/worker/trace.cc \
+  src/worker/event_table.cc src/worker/stream_table.cc src/worker/vmm_table.cc src/worker/ipc_table.cc src/worker/validate.cc src/worker/trace.cc \
   src/worker/doorbell_waiter.cc src/worker/device_attributes.cc \
   src/transport/*.cc \
   -luring -pthread -o build-fuzz/fuzz_worker

@@ -26,8 +26,8 @@ namespace {
 
 // A device with every feature there is: guests are shown none of those
 // whose API ordo does not implement (WithheldAttribute), virtual memory
-// management only where the backend serves it, and every other attribute as
-// the device has it.
+// management and IPC events only where the backend serves them, and every
+// other attribute as the device has it.
 class EveryFeature : public NullBackend {
  public:
   Status device_attributes(uint32_t, uint32_t first, int32_t* out) override {
@@ -38,9 +38,11 @@ class EveryFeature : public NullBackend {
 class EveryFeatureAndVmm final : public EveryFeature {
  public:
   bool supports_vmm() const override { return true; }
+  bool supports_ipc() const override { return true; }
 };
 
-constexpr uint32_t kVmmAttribute = 102;  // CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+constexpr uint32_t kVmmAttribute = 102;       // CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+constexpr uint32_t kIpcEventAttribute = 125;  // CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED
 
 TEST(Devices, GuestsAreNotShownFeaturesOrdoDoesNotImplement) {
   std::set<uint32_t> withheld;
@@ -48,9 +50,10 @@ TEST(Devices, GuestsAreNotShownFeaturesOrdoDoesNotImplement) {
     ASSERT_LT(w.attr, kDeviceAttributeCount);
     ASSERT_TRUE(withheld.insert(w.attr).second) << w.attr << " listed twice";
   }
-  for (uint32_t gated : {83u, 103u, 119u, 125u})  // managed memory, POSIX handles, pool IPC, IPC events
+  for (uint32_t gated : {83u, 103u, 119u})  // managed memory, POSIX handles, pool IPC
     EXPECT_TRUE(withheld.count(gated)) << gated;
-  for (uint32_t kept : {95u, 115u, 120u, kVmmAttribute})  // cooperative launches, pools, clusters, VMM: implemented
+  // Cooperative launches, pools, clusters, VMM, IPC events: implemented.
+  for (uint32_t kept : {95u, 115u, 120u, kVmmAttribute, kIpcEventAttribute})
     EXPECT_FALSE(withheld.count(kept)) << kept;
   for (bool vmm : {false, true}) {
     std::unique_ptr<Backend> b = vmm ? std::unique_ptr<Backend>(std::make_unique<EveryFeatureAndVmm>())
@@ -61,7 +64,8 @@ TEST(Devices, GuestsAreNotShownFeaturesOrdoDoesNotImplement) {
       int32_t a[kDeviceAttributesPerCall];
       ASSERT_EQ(c->device_attributes(0, first, a), Status::kSuccess);
       for (uint32_t i = 0; i < kDeviceAttributesPerCall; ++i) {
-        const bool hidden = withheld.count(first + i) || (first + i == kVmmAttribute && !vmm);
+        const bool hidden =
+            withheld.count(first + i) || ((first + i == kVmmAttribute || first + i == kIpcEventAttribute) && !vmm);
         EXPECT_EQ(a[i], hidden ? 0 : int32_t(1000 + first + i)) << "attribute " << first + i << ", vmm " << vmm;
       }
     }

@@ -124,6 +124,23 @@ class Client {
   Status vmm_map(uint64_t addr, uint64_t size, uint64_t handle);
   Status vmm_unmap(uint64_t addr, uint64_t size);
   Status vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access);
+  // Interprocess memory and events (cudaIpc*). An export is a token another
+  // guest process of the region opens (its own session, on a worker process
+  // of its own): memory, as the whole allocation that holds device_addr, at an
+  // address of the opener's, counted per open until as many closes; an event
+  // made with kEventInterprocess, as an event of the opener's whose records
+  // are shared. A record of, or a wait on, such an event returns once its
+  // worker dispatched it, so that what the program tells another process
+  // afterwards comes after it (ARCHITECTURE.md, "Sessions").
+  struct IpcToken {
+    uint64_t word = 0, secret = 0;
+  };
+  Status ipc_export_mem(uint64_t device_addr, IpcToken* out);
+  // *device: the device the memory belongs to (the exporter's).
+  Status ipc_open_mem(const IpcToken& t, uint64_t* device_addr, uint64_t* size, uint32_t* device);
+  Status ipc_close_mem(uint64_t device_addr);
+  Status ipc_export_event(Event e, IpcToken* out);
+  Status ipc_open_event(const IpcToken& t, Event* out);
   Status memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, Stream s);
   Status memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s);  // pageable dst: returns when done
   Status memcpy_d2d_async(uint64_t dst, uint64_t src, uint64_t size, Stream s);

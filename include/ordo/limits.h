@@ -49,4 +49,14 @@ constexpr uint64_t vmm_access_merge(uint64_t old, uint64_t devices, uint64_t acc
 inline constexpr uint64_t kStreamNonBlocking = 1;
 inline constexpr uint64_t kStreamLegacy = 2;  // the device's legacy default stream: its id is the device
 
+// Event flags (EventCreate arg0): CUDA's numbers. An interprocess event
+// (cudaEventInterprocess) can be exported to another guest process of the
+// region; CUDA requires it to be made without timing.
+inline constexpr uint64_t kEventBlockingSync = 1;
+inline constexpr uint64_t kEventDisableTiming = 2;
+inline constexpr uint64_t kEventInterprocess = 4;
+
+// What IpcExport exports.
+enum class IpcKind : uint64_t { kMemory = 0, kEvent = 1 };
+
 }  // namespace ordo

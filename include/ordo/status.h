@@ -16,6 +16,7 @@ enum class Status : int32_t {
   kInvalidDevicePointer = 17,      // cudaErrorInvalidDevicePointer
   kInitializationError = 3,        // cudaErrorInitializationError
   kInvalidDevice = 101,            // cudaErrorInvalidDevice
+  kInvalidContext = 201,           // cudaErrorDeviceUninitialized, CUDA_ERROR_INVALID_CONTEXT
   kInvalidKernelImage = 200,       // cudaErrorInvalidKernelImage
   kPeerAccessUnsupported = 217,    // cudaErrorPeerAccessUnsupported
   kNoKernelImage = 209,            // cudaErrorNoKernelImageForDevice: nothing can run this kernel here

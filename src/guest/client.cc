@@ -24,7 +24,7 @@ Core::Core(std::unique_ptr<Region> region, ClientOptions options, uint64_t sessi
       staging(session, producer),
       waits(session, threads, producer, edges),
       streams(session, threads, edges, producer, waits),
-      events(threads, streams, edges),
+      events(session, threads, streams, edges),
       devices(session, threads, streams),
       memory(threads, waits, heap, pool),
       copies(session, threads, streams, producer, staging, pool, heap),
@@ -142,6 +142,13 @@ Status Client::vmm_create(uint32_t device, uint64_t size, uint64_t* handle) {
 }
 Status Client::vmm_release(uint64_t handle) { return core_->memory.vmm_release(handle); }
 Status Client::vmm_map(uint64_t addr, uint64_t size, uint64_t handle) { return core_->memory.vmm_map(addr, size, handle); }
+Status Client::ipc_export_mem(uint64_t device_addr, IpcToken* out) { return core_->memory.ipc_export(device_addr, out); }
+Status Client::ipc_open_mem(const IpcToken& t, uint64_t* device_addr, uint64_t* size, uint32_t* device) {
+  return core_->memory.ipc_open(t, device_addr, size, device);
+}
+Status Client::ipc_close_mem(uint64_t device_addr) { return core_->memory.ipc_close(device_addr); }
+Status Client::ipc_export_event(Event e, IpcToken* out) { return core_->events.ipc_export(e, out); }
+Status Client::ipc_open_event(const IpcToken& t, Event* out) { return core_->events.ipc_open(t, out); }
 Status Client::vmm_unmap(uint64_t addr, uint64_t size) { return core_->memory.vmm_unmap(addr, size); }
 Status Client::vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access) {
   return core_->memory.vmm_set_access(addr, size, devices, access);

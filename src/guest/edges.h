@@ -58,15 +58,17 @@ struct EventState {
   std::mutex mu;
   uint64_t handle = 0;  // 0 once destroyed: stale handles find nothing
   uint32_t device = 0;
+  bool interprocess = false;  // kEventInterprocess: other processes hold it too
   bool recorded = false;
   Edge record{};        // the record the next user refers to
   uint64_t number = 0;  // records issued: the worker keeps a record's state while waits on it are to come
   uint64_t waits = 0;   // StreamWaitEvents issued on record `number`
 
   // A new event in this slot (under mu): nothing recorded.
-  void reset(uint64_t h, uint32_t d) {
+  void reset(uint64_t h, uint32_t d, bool ipc = false) {
     handle = h;
     device = d;
+    interprocess = ipc;
     recorded = false;
     number = 0;
     waits = 0;

@@ -29,7 +29,7 @@ EventState* EventTable::find(Event e) const {
   return ev;
 }
 
-EventState* EventTable::install(uint64_t handle, uint32_t device) {
+EventState* EventTable::install(uint64_t handle, uint32_t device, bool interprocess) {
   const uint32_t idx = uint32_t(handle);
   if (idx >= kMaxEvents) return nullptr;
   std::lock_guard lock(mu_);
@@ -39,7 +39,7 @@ EventState* EventTable::install(uint64_t handle, uint32_t device) {
     states_[idx].store(ev, std::memory_order_release);
   }
   std::lock_guard el(ev->mu);
-  ev->reset(handle, device);
+  ev->reset(handle, device, interprocess);
   return ev;
 }
 
@@ -56,7 +56,7 @@ Status Events::create(Event* out, uint32_t flags) {
   uint64_t h = 0;
   Status s = threads_.call(make_entry<Op::EventCreate>({.flags = flags, .device = t.device}), &h);
   if (!ok(s)) return threads_.finish_own(t, s);
-  if (!table_.install(h, t.device)) return threads_.finish_own(t, Status::kIllegalState);
+  if (!table_.install(h, t.device, flags & kEventInterprocess)) return threads_.finish_own(t, Status::kIllegalState);
   out->handle = h;
   return threads_.finish_own(t, Status::kSuccess);
 }
@@ -82,13 +82,45 @@ Status Events::destroy(Event e) {
 Status Events::record(Event e, Stream s) {
   EventState* ev = table_.find(e);
   if (!ev) return threads_.finish(threads_.current(), Status::kInvalidResourceHandle);
-  return streams_.stream_op(s, make_entry<Op::EventRecord>({.event = e.handle, .number = 0, .replaced_waits = 0}), ev);
+  const Entry call = make_entry<Op::EventRecord>({.event = e.handle, .number = 0, .replaced_waits = 0});
+  return ev->interprocess ? ipc_op(s, call, ev) : streams_.stream_op(s, call, ev);
 }
 
 Status Events::stream_wait(Stream s, Event e) {
   EventState* ev = table_.find(e);
   if (!ev) return threads_.finish(threads_.current(), Status::kInvalidResourceHandle);
-  return streams_.stream_op(s, make_entry<Op::StreamWaitEvent>({.event = e.handle, .number = 0}), ev);
+  const Entry call = make_entry<Op::StreamWaitEvent>({.event = e.handle, .number = 0});
+  return ev->interprocess ? ipc_op(s, call, ev) : streams_.stream_op(s, call, ev);
+}
+
+Status Events::ipc_op(Stream s, const Entry& call, EventState* ev) {
+  Edge placed{};
+  Status st = streams_.stream_op(s, call, ev, &placed);
+  // Without ordering (tests that must see violations) nothing waits.
+  if (!ok(st) || !edges_.ordered() || !placed.pos) return st;
+  ThreadState& t = threads_.current();
+  if (Status w = session_.wait_worker(session_.region().ring(placed.ring).head, placed.pos); !ok(w))
+    return threads_.finish(t, w);
+  return st;
+}
+
+Status Events::ipc_export(Event e, Client::IpcToken* out) {
+  ThreadState& t = threads_.current();
+  if (!out) return threads_.finish_own(t, Status::kInvalidValue);
+  if (!table_.find(e)) return threads_.finish_own(t, Status::kInvalidResourceHandle);
+  const Entry req = make_entry<Op::IpcExport>({.kind = uint64_t(IpcKind::kEvent), .handle = e.handle});
+  return threads_.finish_own(t, threads_.call(req, &out->word, &out->secret));
+}
+
+Status Events::ipc_open(const Client::IpcToken& tok, Event* out) {
+  ThreadState& t = threads_.current();
+  if (!out) return threads_.finish_own(t, Status::kInvalidValue);
+  uint64_t h = 0, device = 0;
+  Status s = threads_.call(make_entry<Op::IpcOpenEvent>({.token = tok.word, .secret = tok.secret}), &h, &device);
+  if (!ok(s)) return threads_.finish_own(t, s);
+  if (!table_.install(h, uint32_t(device), true)) return threads_.finish_own(t, Status::kIllegalState);
+  out->handle = h;
+  return threads_.finish_own(t, Status::kSuccess);
 }
 
 Status Events::about_record(Op op, Event e) {

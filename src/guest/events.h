@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "guest/edges.h"
+#include "guest/session.h"
 #include "guest/streams.h"
 #include "guest/threads.h"
 #include "ordo/client.h"
@@ -27,7 +28,7 @@ class EventTable {
   EventState* find(Event e) const;
   // The state of a new event the worker issued as `handle` on `device`;
   // null: a handle past the table.
-  EventState* install(uint64_t handle, uint32_t device);
+  EventState* install(uint64_t handle, uint32_t device, bool interprocess = false);
   // After the worker destroyed `e`: stale handles fail find() from now on.
   static void forget(EventState& ev, Event e);
 
@@ -38,8 +39,8 @@ class EventTable {
 
 class Events {
  public:
-  Events(Threads& threads, Streams& streams, Edges& edges)
-      : threads_(threads), streams_(streams), edges_(edges) {}
+  Events(Session& session, Threads& threads, Streams& streams, Edges& edges)
+      : session_(session), threads_(threads), streams_(streams), edges_(edges) {}
 
   Status create(Event* out, uint32_t flags);
   Status destroy(Event e);
@@ -48,11 +49,20 @@ class Events {
   Status synchronize(Event e);
   Status query(Event e);
   Status elapsed(float* ms, Event start, Event end);
+  // Interprocess events (client.h).
+  Status ipc_export(Event e, Client::IpcToken* out);
+  Status ipc_open(const Client::IpcToken& t, Event* out);
 
  private:
   // EventSynchronize or EventQuery: after the record current now.
   Status about_record(Op op, Event e);
+  // A record of or a wait on an interprocess event: returns once the worker
+  // dispatched it. Another process learns of the call only from this one,
+  // after it returns; its own worker then dispatches what it does about the
+  // event after this (ARCHITECTURE.md, "Sessions").
+  Status ipc_op(Stream s, const Entry& e, EventState* ev);
 
+  Session& session_;
   Threads& threads_;
   Streams& streams_;
   Edges& edges_;

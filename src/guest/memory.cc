@@ -88,4 +88,31 @@ Status Memory::vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, ui
   return threads_.finish_own(t, threads_.call(e));
 }
 
+Status Memory::ipc_export(uint64_t device_addr, Client::IpcToken* out) {
+  ThreadState& t = threads_.current();
+  if (!out) return threads_.finish_own(t, Status::kInvalidValue);
+  const Entry e = make_entry<Op::IpcExport>({.kind = uint64_t(IpcKind::kMemory), .handle = device_addr});
+  return threads_.finish_own(t, threads_.call(e, &out->word, &out->secret));
+}
+
+Status Memory::ipc_open(const Client::IpcToken& tok, uint64_t* device_addr, uint64_t* size, uint32_t* device) {
+  ThreadState& t = threads_.current();
+  if (!device_addr || !size || !device) return threads_.finish_own(t, Status::kInvalidValue);
+  const Entry e = make_entry<Op::IpcOpenMem>({.token = tok.word, .secret = tok.secret, .device = t.device});
+  uint64_t r1 = 0;
+  const Status s = threads_.call(e, device_addr, &r1);
+  if (ok(s)) {
+    *size = r1 & ((uint64_t{1} << 56) - 1);
+    *device = uint32_t(r1 >> 56);
+  }
+  return threads_.finish_own(t, s);
+}
+
+Status Memory::ipc_close(uint64_t device_addr) {
+  ThreadState& t = threads_.current();
+  // As cudaFree: work issued before may still use the memory.
+  if (Status s = waits_.synchronize_all(t); !ok(s)) return s;
+  return threads_.finish(t, threads_.call(make_entry<Op::IpcCloseMem>({.addr = device_addr})));
+}
+
 }  // namespace ordo::guest

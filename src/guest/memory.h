@@ -33,6 +33,11 @@ class Memory {
   Status vmm_unmap(uint64_t addr, uint64_t size);
   Status vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access);
 
+  // Interprocess memory (client.h): sync calls; the last close waits for all work first, as free.
+  Status ipc_export(uint64_t device_addr, Client::IpcToken* out);
+  Status ipc_open(const Client::IpcToken& t, uint64_t* device_addr, uint64_t* size, uint32_t* device);
+  Status ipc_close(uint64_t device_addr);
+
  private:
   Threads& threads_;
   Waits& waits_;

@@ -19,7 +19,7 @@ Streams::Streams(Session& session, Threads& threads, Edges& edges, RingProducer&
   ids_.open(kLegacyStreamId);
 }
 
-Status Streams::stream_op(Stream s, const Entry& e, EventState* ev) {
+Status Streams::stream_op(Stream s, const Entry& e, EventState* ev, Edge* placed) {
   ThreadState& t = threads_.current();
   Bound b;
   if (!bind(s, &b)) return threads_.finish(t, Status::kInvalidResourceHandle);
@@ -27,7 +27,8 @@ Status Streams::stream_op(Stream s, const Entry& e, EventState* ev) {
   if (ev && static_cast<Op>(e.op) == Op::EventRecord && b.s.device != ev->device)
     return threads_.finish(t, Status::kInvalidResourceHandle);
   std::lock_guard lock(b.g->mu);
-  producer_.push(t, *b.g, b.s, e, ev);
+  const uint64_t pos = producer_.push(t, *b.g, b.s, e, ev);
+  if (placed) *placed = {b.g->index, 0, pos + 1};
   return threads_.finish_async(t);
 }
 

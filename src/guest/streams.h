@@ -41,7 +41,8 @@ class Streams {
   // False if `s` is not a live stream.
   [[gnu::always_inline]] inline bool bind(Stream s, Bound* out);
   // Pushes one entry of stream work (a record of or a wait on `ev`) and finish_async()es.
-  Status stream_op(Stream s, const Entry& e, EventState* ev = nullptr);
+  // `placed`: where the entry went, as an edge past it.
+  Status stream_op(Stream s, const Entry& e, EventState* ev = nullptr, Edge* placed = nullptr);
 
   Status create(Stream* out, uint64_t flags, int priority);
   Status destroy(Stream s);

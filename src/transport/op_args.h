@@ -115,6 +115,23 @@ template <> struct Args<Op::VmmSetAccess> {
   uint64_t access;   // bits 2d..2d+1: device d's VmmAccess
   ORDO_ARGS(addr, size, devices, access)
 };
+template <> struct Args<Op::IpcExport> {
+  uint64_t kind;    // IpcKind
+  uint64_t handle;  // kIpcMemory: a device address; kIpcEvent: an event handle
+  ORDO_ARGS(kind, handle)
+};
+template <> struct Args<Op::IpcOpenMem> {
+  uint64_t token, secret, device;
+  ORDO_ARGS(token, secret, device)
+};
+template <> struct Args<Op::IpcCloseMem> {
+  uint64_t addr;
+  ORDO_ARGS(addr)
+};
+template <> struct Args<Op::IpcOpenEvent> {
+  uint64_t token, secret;
+  ORDO_ARGS(token, secret)
+};
 template <> struct Args<Op::KernelLookup> {
   uint64_t module;  // 0: kernels the backend knows by name; the name is in the payload
   ORDO_ARGS(module)

@@ -11,6 +11,7 @@ std::string_view status_name(Status s) {
     case Status::kInvalidDevicePointer: return "invalid device pointer";
     case Status::kInitializationError: return "initialization error";
     case Status::kInvalidDevice: return "invalid device";
+    case Status::kInvalidContext: return "invalid device context";
     case Status::kInvalidKernelImage: return "invalid kernel image";
     case Status::kNoKernelImage: return "no kernel image for the device";
     case Status::kDevicesUnavailable: return "worker unavailable";

@@ -81,6 +81,13 @@ struct WithheldAttribute {
 };
 std::span<const WithheldAttribute> withheld_attributes();
 
+// What a backend needs to open, in another worker process of the region,
+// memory or an event it exported (on a GPU, the driver's 64-byte IPC handle;
+// on the sim, a descriptor of the exporting process). Opaque to the worker.
+struct IpcBlob {
+  uint64_t words[10];
+};
+
 class Backend {
  public:
   // Called (from any backend thread) when async work fails after dispatch.
@@ -152,6 +159,25 @@ class Backend {
   virtual Status vmm_unmap(uint64_t /*addr*/, uint64_t /*size*/) { return Status::kNotSupported; }  // no work uses it
   // Device d's access (bits 2d..2d+1 of `access`, a VmmAccess) for each bit d of `devices`.
   virtual Status vmm_set_access(uint64_t /*addr*/, uint64_t /*size*/, uint64_t /*devices*/, uint64_t /*access*/) {
+    return Status::kNotSupported;
+  }
+  // Interprocess memory and events (cudaIpc*): what ipc_export_* writes,
+  // the same backend in another worker process of the region opens. addr is
+  // an allocation's first address (the worker found it). An opened range is
+  // device memory of `device`'s until ipc_close_mem; an opened event is
+  // `event` here and shares its records with every process that holds it.
+  // Interprocess events come from event_create with kEventInterprocess.
+  virtual bool supports_ipc() const { return false; }
+  virtual Status ipc_export_mem(uint64_t /*addr*/, IpcBlob* /*out*/, uint32_t* /*device*/) {
+    return Status::kNotSupported;
+  }
+  // `size`: the exported allocation's, as its worker recorded it.
+  virtual Status ipc_open_mem(const IpcBlob& /*blob*/, uint32_t /*device*/, uint64_t /*size*/, uint64_t* /*addr*/) {
+    return Status::kNotSupported;
+  }
+  virtual Status ipc_close_mem(uint64_t /*addr*/) { return Status::kNotSupported; }  // no work uses it
+  virtual Status ipc_export_event(uint32_t /*event*/, IpcBlob* /*out*/) { return Status::kNotSupported; }
+  virtual Status ipc_open_event(uint32_t /*event*/, uint32_t /*device*/, const IpcBlob& /*blob*/) {
     return Status::kNotSupported;
   }
   // A module image (fatbin or cubin) registered by the guest, copied out of the region.

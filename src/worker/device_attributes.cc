@@ -15,6 +15,8 @@ namespace {
 // CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: shown as the device
 // has it where the backend serves cuMemCreate and cuMemMap (supports_vmm).
 constexpr uint32_t kVmmAttribute = 102;
+// CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: likewise where it serves cuIpc* (supports_ipc).
+constexpr uint32_t kIpcEventAttribute = 125;
 
 // By CUdevice_attribute number (cuda.h; the numbering is ABI).
 constexpr WithheldAttribute kWithheld[] = {
@@ -44,7 +46,6 @@ constexpr WithheldAttribute kWithheld[] = {
     {122, "64-bit stream memory operations"},
     {123, "CU_STREAM_WAIT_VALUE_NOR"},
     {124, "dma_buf memory handles (cuMemGetHandleForAddressRange)"},
-    {125, "IPC events (cuIpcGetEventHandle)"},
     {128, "fabric memory handles"},
     {132, "multicast objects (cuMulticastCreate)"},
     {135, "D3D12 CIG"},
@@ -69,6 +70,8 @@ Status Backend::guest_attributes(uint32_t device, uint32_t first, int32_t* out) 
     if (w.attr >= first && w.attr < first + kDeviceAttributesPerCall) out[w.attr - first] = 0;
   if (!supports_vmm() && kVmmAttribute >= first && kVmmAttribute < first + kDeviceAttributesPerCall)
     out[kVmmAttribute - first] = 0;
+  if (!supports_ipc() && kIpcEventAttribute >= first && kIpcEventAttribute < first + kDeviceAttributesPerCall)
+    out[kIpcEventAttribute - first] = 0;
   return Status::kSuccess;
 }
 
@@ -129,6 +132,7 @@ Status Backend::device_attributes(uint32_t device, uint32_t first, int32_t* out)
   a[106] = d.max_blocks_per_multiprocessor;                // MAX_BLOCKS_PER_MULTIPROCESSOR
   a[108] = d.persisting_l2_cache_max_size;                 // MAX_PERSISTING_L2_CACHE_SIZE
   a[111] = 1024;                                           // RESERVED_SHARED_MEMORY_PER_BLOCK
+  a[125] = 1;                                              // IPC_EVENT_SUPPORTED (guest_attributes: if supports_ipc)
   std::memcpy(out, a + first, kDeviceAttributesPerCall * sizeof(int32_t));
   return Status::kSuccess;
 }

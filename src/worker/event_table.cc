@@ -10,13 +10,14 @@ EventTable::EventTable(Backend& backend, bool versioned, uint64_t in_flight)
       versioned_(versioned),
       in_flight_(in_flight) {}
 
-Status EventTable::create(uint32_t device, uint32_t flags, uint64_t* handle) {
+Status EventTable::create(uint32_t device, uint32_t flags, uint64_t* handle, const IpcBlob* from) {
   uint32_t idx;
   uint64_t h;
   if (!ids_.acquire(&idx, &h)) return Status::kMemoryAllocation;
   if (idx >= events_.size()) events_.resize(idx + 1);
   // An event's first backend event has the event's index as its id.
-  if (Status st = backend_.event_create(idx, device, flags); !ok(st)) {
+  const Status made = from ? backend_.ipc_open_event(idx, device, *from) : backend_.event_create(idx, device, flags);
+  if (Status st = made; !ok(st)) {
     ids_.release(idx);
     return st;
   }
@@ -109,7 +110,7 @@ bool EventTable::can_record(Event& ev, uint64_t n, uint64_t waits_before) {
 
 Status EventTable::record(uint32_t idx, uint64_t number, uint64_t waits_before, uint32_t* backend) {
   Event& ev = events_[idx];
-  if (!versioned_) {
+  if (!versioned(ev)) {
     *backend = ev.records.front().backend;
     return Status::kSuccess;
   }
@@ -153,14 +154,14 @@ Status EventTable::record(uint32_t idx, uint64_t number, uint64_t waits_before, 
 }
 
 void EventTable::waited(uint32_t idx, uint64_t number) {
-  if (!versioned_) return;
+  if (!versioned(events_[idx])) return;
   if (Record* r = find_record(events_[idx], number); r && r->backend != kNone) ++r->waited;
 }
 
 void EventTable::settle(uint32_t idx) {
   Event& ev = events_[idx];
   if (!ids_.live(idx)) return;
-  if (versioned_) collect(ev);
+  if (versioned(ev)) collect(ev);
   if (!ev.destroying) return;
   // Once its last record was dispatched, every earlier one not yet dispatched is kept (closed by its successor).
   const Record* last = find_record(ev, ev.last);
@@ -187,8 +188,8 @@ Status EventTable::destroy(uint64_t handle, uint64_t number, uint64_t waits) {
   if (Status st = find(handle, &idx); !ok(st)) return st;
   Event& ev = events_[idx];
   ev.destroying = true;
-  ev.last = versioned_ ? number : ev.records.front().number;
-  ev.last_waits = versioned_ ? waits : 0;  // unordered, waits are not counted
+  ev.last = versioned(ev) ? number : ev.records.front().number;
+  ev.last_waits = versioned(ev) ? waits : 0;  // unversioned, waits are not counted
   if (Record* r = find_record(ev, ev.last)) {  // else closed when it comes (at())
     r->closed = true;
     r->expected = ev.last_waits;

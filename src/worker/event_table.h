@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "transport/handle_table.h"
+#include "ordo/limits.h"
 #include "ordo/status.h"
 
 namespace ordo {
@@ -34,13 +35,16 @@ class EventTable {
   EventTable(const EventTable&) = delete;
   EventTable& operator=(const EventTable&) = delete;
 
-  Status create(uint32_t device, uint32_t flags, uint64_t* handle);
+  // `from`: an event another worker's backend exported (IpcOpenEvent), opened
+  // instead of made.
+  Status create(uint32_t device, uint32_t flags, uint64_t* handle, const IpcBlob* from = nullptr);
   // A live event that is not being destroyed (requests: query, synchronize, elapsed, destroy).
   Status find(uint64_t handle, uint32_t* idx) const;
   // The same for a ring's record or wait of record `number`: those issued
   // before the destroy are still to come after it.
   Status find(uint64_t handle, uint64_t number, uint32_t* idx) const;
   uint32_t device(uint32_t idx) const { return events_[idx].device; }
+  uint32_t flags(uint32_t idx) const { return events_[idx].flags; }
   // EventRecord: the backend event record `number` goes to; then settle().
   // kNotReady (only a guest that lies about numbers and counts gets there):
   // the table is at its limits; nothing changed, ask again later.
@@ -87,6 +91,10 @@ class EventTable {
     std::vector<uint32_t> spare;   // the event's own backend event while it holds nothing anyone waits for
   };
 
+  // Whether records of `ev` may go to backend events of their own. An
+  // interprocess event has one backend event, which other processes hold too:
+  // its records go there in dispatch order (ARCHITECTURE.md, "Sessions").
+  bool versioned(const Event& ev) const { return versioned_ && !(ev.flags & kEventInterprocess); }
   const Event* live(uint64_t handle, uint32_t* idx) const;  // a live event's slot (destroying or not)
   static const Record* find_record(const Event& ev, uint64_t number);
   static Record* find_record(Event& ev, uint64_t number);

@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "options.h"
 #include "serve.h"
+#include "ipc_table.h"
 #include "supervisor.h"
 
 int main(int argc, char** argv) {
@@ -30,8 +31,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ordo-worker: %s\n", err.c_str());
       return 2;
     }
+    // One table of exports for all parts: guest processes share memory and
+    // events through it (cudaIpc*). Without it they cannot, and say so.
+    const auto ipc = ordo::IpcTable::create(&err);
+    if (!ipc) std::fprintf(stderr, "ordo-worker: %s; guest processes cannot share memory or events\n", err.c_str());
     return ordo::supervise(argv, {.region = c.region_path, .size = c.size, .sessions = c.sessions,
-                                  .backend = backend, .ready_file = c.ready_file});
+                                  .backend = backend, .ready_file = c.ready_file, .ipc_fd = ipc ? ipc->fd() : -1});
   }
   return ordo::serve(c, argv);
 }

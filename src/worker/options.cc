@@ -110,6 +110,7 @@ bool parse_command_line(int argc, char** argv, CommandLine* out, int* exit_code)
     else if (a == "--size") c.size = parse_size(value());
     else if (a == "--sessions") c.sessions = uint32_t(std::strtoul(value().c_str(), nullptr, 0));
     else if (a == "--partition") c.partition = int(std::strtol(value().c_str(), nullptr, 0));
+    else if (a == "--ipc-fd") c.ipc_fd = int(std::strtol(value().c_str(), nullptr, 0));  // the supervisor's, to its parts
     else if (a == "--backend") c.backend_name = value();
     else if (a == "--stats") c.stats = true;
     else if (a == "--no-doorbell") c.doorbell = false;

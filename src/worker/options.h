@@ -18,6 +18,7 @@ struct CommandLine {
   uint64_t size = 64ull << 20;
   uint32_t sessions = 0;  // 0 until parsed: the default for the size
   int partition = -1;     // >= 0: serve this part alone (a supervisor's child)
+  int ipc_fd = -1;        // >= 0: the supervisor's IPC table (ipc_table.h), inherited
   bool stats = false, doorbell = true, max_sleep_set = false, device_info = false;
   uint32_t info_device = 0;
   BackendOptions bopt;

@@ -290,6 +290,12 @@ int serve(CommandLine& c, char** argv) {
   if (p.lazy) {
     if (int rc = p.wait_for_first_guest(); rc >= 0) return rc;
   }
+  // A lone worker's own table: one guest process has nobody to share with,
+  // but its exports still succeed as CUDA's do.
+  std::unique_ptr<IpcTable> ipc = c.ipc_fd >= 0 ? IpcTable::attach(c.ipc_fd, &p.err) : IpcTable::create(&p.err);
+  if (!ipc) std::fprintf(stderr, "ordo-worker: %s; cudaIpc* calls will answer not supported\n", p.err.c_str());
+  c.opt.ipc = ipc.get();
+  c.opt.partition = p.index;
   Worker worker(*p.region, *p.backend, c.opt);
   g_worker.store(&worker);
   if (g_stop_requested.load()) worker.stop();

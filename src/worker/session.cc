@@ -100,6 +100,7 @@ void Worker::reset_session() {
     graphs_.clear();
     next_graph_ = 1;
   }
+  ipc_reset();  // before the memory it exported goes
   for (auto& [addr, size] : allocations_) backend_.free(addr);
   // Virtual memory: mappings first, so that physical memory and ranges are free to go.
   for (auto& [addr, m] : vmm_.mappings()) backend_.vmm_unmap(addr, m.size);

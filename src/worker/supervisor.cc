@@ -35,6 +35,7 @@ pid_t spawn(char** argv, uint32_t k, const SupervisorOptions& o) {
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--trace") args[i + 1] = part_file(args[i + 1], k);
   args.insert(args.end(), {"--partition", std::to_string(k), "--backend", o.backend});
+  if (o.ipc_fd >= 0) args.insert(args.end(), {"--ipc-fd", std::to_string(o.ipc_fd)});
   if (!o.ready_file.empty()) args.insert(args.end(), {"--ready-file", part_file(o.ready_file, k)});
   const pid_t pid = fork();
   if (pid != 0) return pid;

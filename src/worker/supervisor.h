@@ -14,6 +14,7 @@ struct SupervisorOptions {
   uint32_t sessions = 1;   // parts, one worker process each
   std::string backend;     // resolved: sim, null or cuda (each part starts it with its first guest)
   std::string ready_file;  // written once every part is serving
+  int ipc_fd = -1;         // the region's IPC table, which every part inherits
 };
 
 // Runs `argv` again once per part with --partition K (and per-part ready and

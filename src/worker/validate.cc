@@ -52,6 +52,11 @@ ORDO_NOTHING_TO_CHECK(EventSynchronize)
 ORDO_NOTHING_TO_CHECK(StreamSynchronize)
 ORDO_NOTHING_TO_CHECK(EventQuery)
 ORDO_NOTHING_TO_CHECK(EventElapsed)
+// Tokens, secrets and addresses are held to the region's IPC table and the
+// session's imports by the worker (handlers/ipc.cc).
+ORDO_NOTHING_TO_CHECK(IpcOpenMem)
+ORDO_NOTHING_TO_CHECK(IpcCloseMem)
+ORDO_NOTHING_TO_CHECK(IpcOpenEvent)
 #undef ORDO_NOTHING_TO_CHECK
 
 template <>
@@ -262,6 +267,12 @@ Status check<Op::VmmSetAccess>(const Args<Op::VmmSetAccess>& a, const Entry&, co
     if (!(a.devices >> d & 1) ? f != 0 : f == 2)
       return bad(why, "access flags " + std::to_string(f) + " for device " + std::to_string(d));
   }
+  return Status::kSuccess;
+}
+
+template <>
+Status check<Op::IpcExport>(const Args<Op::IpcExport>& a, const Entry&, const Layout&, std::string* why) {
+  if (a.kind > uint64_t(IpcKind::kEvent)) return bad(why, "IPC export of unknown kind " + std::to_string(a.kind));
   return Status::kSuccess;
 }
 }  // namespace

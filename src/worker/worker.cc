@@ -60,6 +60,7 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
     lanes_.back()->chaos_rng.seed(options.chaos_seed + i);
   }
   for (uint32_t r = 0; r < layout_.ring_count; ++r) fresh_ring(r);
+  if (opt_.ipc) opt_.ipc->revoke_all(opt_.partition);  // what this part's previous process exported
   if (opt_.trace) tracer_ = std::make_unique<Tracer>();
   backend_.set_error_sink([this](const OpTag& tag, Status s) { async_error(tag, s); });
   // Copies name host memory inside the region only; the cuda backend pins it.

@@ -28,6 +28,7 @@
 #include "backend.h"
 #include "doorbell_waiter.h"
 #include "event_table.h"
+#include "ipc_table.h"
 #include "side_thread.h"
 #include "stream_table.h"
 #include "ordo/layout.h"
@@ -66,6 +67,10 @@ struct WorkerOptions {
   // Threads that dispatch the session's rings (1..kMaxDispatchThreads); ring
   // r is served by thread r % dispatch_threads. run() starts the extra ones.
   uint32_t dispatch_threads = 1;
+  // The region's table of exports between its guest processes (ipc_table.h),
+  // and this session's part of the region; null: cudaIpc* answer kNotSupported.
+  IpcTable* ipc = nullptr;
+  uint32_t partition = 0;
   bool trace = false;  // record every dispatch for write_trace()
   bool quiet = false;
 };
@@ -281,6 +286,20 @@ class Worker {
   EventTable events_;
   std::map<uint64_t, uint64_t> allocations_;  // device address -> size, this guest's only
   VmmTable vmm_;  // its reserved ranges, physical memory and mappings (cuMemCreate, cuMemMap)
+  // Interprocess memory and events (handlers/ipc.cc). Exports by allocation
+  // address and by event index, which Free, EventDestroy and the session's
+  // end take back; imports by the address they were opened at, which copies
+  // may use until their last close.
+  struct IpcImport {
+    uint64_t size;
+    uint32_t device;  // whose memory it is
+    uint32_t refs;
+    IpcToken token;
+  };
+  std::map<uint64_t, IpcToken> ipc_exported_mem_;
+  std::map<uint32_t, IpcToken> ipc_exported_events_;
+  std::map<uint64_t, IpcImport> ipc_imports_;
+  void ipc_reset();
   // Device variables of this guest's modules: address -> (size, module). Copies
   // may target them; Free may not.
   std::map<uint64_t, std::pair<uint64_t, uint32_t>> globals_;

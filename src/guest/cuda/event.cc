@@ -45,7 +45,8 @@ CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int flags) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   constexpr unsigned kKnown = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
   if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
-  if (flags & CU_EVENT_INTERPROCESS) return CUDA_ERROR_NOT_SUPPORTED;
+  // CUDA's rule: an interprocess event keeps no time.
+  if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING)) return CUDA_ERROR_INVALID_VALUE;
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   ordo::Event e;

@@ -83,6 +83,7 @@ CUresult to_cu(Status s) {
     case Status::kMemoryAllocation: return CUDA_ERROR_OUT_OF_MEMORY;
     case Status::kInitializationError: return CUDA_ERROR_NOT_INITIALIZED;
     case Status::kInvalidDevice: return CUDA_ERROR_INVALID_DEVICE;
+    case Status::kInvalidContext: return CUDA_ERROR_INVALID_CONTEXT;
     case Status::kInvalidKernelImage: return CUDA_ERROR_INVALID_IMAGE;
     case Status::kDevicesUnavailable: return CUDA_ERROR_DEVICE_UNAVAILABLE;
     case Status::kInvalidDeviceFunction: return CUDA_ERROR_NOT_FOUND;

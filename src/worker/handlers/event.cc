@@ -37,6 +37,8 @@ Status Worker::op_StreamWaitEvent(const RingCall& c) {
 void Worker::op_EventCreate(const SlotCall& c) {
   const auto a = decode<Op::EventCreate>(c.e.arg);
   if (a.device >= devices_) return reply(c, Status::kInvalidDevice);
+  // CUDA's rule: an interprocess event keeps no time.
+  if ((a.flags & kEventInterprocess) && !(a.flags & kEventDisableTiming)) return reply(c, Status::kInvalidValue);
   uint64_t handle = 0;
   Status st;
   {
@@ -52,6 +54,13 @@ void Worker::op_EventDestroy(const SlotCall& c) {
   Status st;
   {
     std::lock_guard lock(events_mu_);
+    uint32_t idx;
+    if (ok(events_.find(a.event, &idx))) {
+      if (auto e = ipc_exported_events_.find(idx); e != ipc_exported_events_.end()) {
+        opt_.ipc->revoke(e->second, opt_.partition);  // processes that opened it keep theirs
+        ipc_exported_events_.erase(e);
+      }
+    }
     st = events_.destroy(a.event, a.number, a.waits);
   }
   reply(c, st);

@@ -18,6 +18,10 @@ Status Worker::check_device_range(uint64_t addr, uint64_t size) const {
     if (range_ok(addr - it->first, size, it->second.first)) return Status::kSuccess;
   }
   if (vmm_.accessible(addr, size)) return Status::kSuccess;
+  if (auto it = ipc_imports_.upper_bound(addr); it != ipc_imports_.begin()) {
+    --it;
+    if (range_ok(addr - it->first, size, it->second.size)) return Status::kSuccess;
+  }
   return Status::kInvalidDevicePointer;
 }
 
@@ -81,6 +85,12 @@ void Worker::op_Free(const SlotCall& c) {
     if (it == allocations_.end()) return reply(c, Status::kInvalidDevicePointer);
     allocations_.erase(it);
     counters_.allocations.store(allocations_.size(), std::memory_order_relaxed);
+    // Exported: processes that opened it keep what they have, as CUDA leaves
+    // it (undefined), but nobody opens it again.
+    if (auto e = ipc_exported_mem_.find(a.addr); e != ipc_exported_mem_.end()) {
+      opt_.ipc->revoke(e->second, opt_.partition);
+      ipc_exported_mem_.erase(e);
+    }
   }
   // cudaFree waits for the device: off the dispatch threads, as a module load,
   // so that it holds none of their rings. The range is out of the table

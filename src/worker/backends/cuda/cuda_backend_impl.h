@@ -142,6 +142,15 @@ class CudaBackend final : public Backend {
 
   // Virtual memory (cuda_vmm.cc): the host driver's, where it has the calls
   // and the device attribute says so.
+  // Interprocess memory and events (cuda_ipc.cc): the runtime's IPC calls; the
+  // blob is the driver's 64-byte handle, which the other worker process opens.
+  bool supports_ipc() const override { return true; }
+  Status ipc_export_mem(uint64_t addr, IpcBlob* out, uint32_t* device) override;
+  Status ipc_open_mem(const IpcBlob& blob, uint32_t device, uint64_t size, uint64_t* addr) override;
+  Status ipc_close_mem(uint64_t addr) override;
+  Status ipc_export_event(uint32_t event, IpcBlob* out) override;
+  Status ipc_open_event(uint32_t event, uint32_t device, const IpcBlob& blob) override;
+
   bool supports_vmm() const override;
   Status vmm_reserve(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t* addr) override;
   Status vmm_address_free(uint64_t addr, uint64_t size) override;
@@ -334,6 +343,7 @@ class CudaBackend final : public Backend {
   std::map<std::pair<uint32_t, std::string>, uint32_t> kernel_ids_;  // guarded by mu_; (module, name) -> id
   std::map<uint64_t, Alloc> allocs_;                     // guarded by mu_; by device address
   std::map<uint64_t, Global> globals_;                   // guarded by mu_; by device address
+  std::map<uint64_t, Alloc> ipc_opened_;                 // guarded by mu_; cudaIpcOpenMemHandle's, by device address
   std::map<uint64_t, Alloc> vmm_maps_;                   // guarded by mu_; mappings (cuMemMap), by device address
   std::vector<HostRange> host_ranges_;                   // guarded by mu_
 };

@@ -10,7 +10,8 @@
 namespace ordo::cuda {
 namespace {
 
-constexpr uint32_t kEventFlags = cudaEventBlockingSync | cudaEventDisableTiming;  // no IPC events
+constexpr uint32_t kEventFlags = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+static_assert(cudaEventInterprocess == kEventInterprocess && cudaEventDisableTiming == kEventDisableTiming);
 
 }  // namespace
 

@@ -76,7 +76,9 @@ Status CudaBackend::free(uint64_t device_addr) {
 // [addr, addr + size) must lie inside one live allocation or module
 // variable, of any device; *device (if asked) says which. Requires mu_.
 Status CudaBackend::check_device(uint64_t addr, uint64_t size, uint32_t* device) const {
-  if (inside(allocs_, addr, size, device) || inside(globals_, addr, size, device)) return Status::kSuccess;
+  if (inside(allocs_, addr, size, device) || inside(globals_, addr, size, device) ||
+      inside(ipc_opened_, addr, size, device))
+    return Status::kSuccess;
   // Mappings, which a range may cross where they are adjacent (one reservation's).
   if (!covered(vmm_maps_, addr, size, [](const Alloc& a) { return a.size; }, [](const Alloc&) { return true; }))
     return Status::kInvalidDevicePointer;

@@ -69,6 +69,9 @@ constexpr uint64_t kMaxBlockThreads = 1024;
 // The shared memory the device keeps per block (RESERVED_SHARED_MEMORY_PER_BLOCK, backend.cc).
 constexpr uint64_t kReservedSharedPerBlock = 1024;
 
+// A new interprocess event's cell, nothing recorded (sim_ipc.cc).
+std::shared_ptr<IpcEventCell> new_ipc_cell();
+
 class Device final : public Backend {
  public:
   explicit Device(uint32_t devices);
@@ -114,6 +117,18 @@ class Device final : public Backend {
   void host_callback(uint32_t stream, std::function<void()> fn) override;
 
   Status malloc(uint32_t device, uint64_t size, uint64_t* device_addr) override;
+  // A block at the next address of `device`'s span.
+  Status place(uint32_t device, std::shared_ptr<HostBlock> block, uint64_t* device_addr);
+
+  // Interprocess memory and events (sim_ipc.cc): a block or an event's cell
+  // moves into a memfd, which the other worker process opens as
+  // /proc/PID/fd/N of the exporter, checked by inode.
+  bool supports_ipc() const override { return true; }
+  Status ipc_export_mem(uint64_t addr, IpcBlob* out, uint32_t* device) override;
+  Status ipc_open_mem(const IpcBlob& blob, uint32_t device, uint64_t size, uint64_t* addr) override;
+  Status ipc_close_mem(uint64_t addr) override { return free(addr); }
+  Status ipc_export_event(uint32_t event, IpcBlob* out) override;
+  Status ipc_open_event(uint32_t event, uint32_t device, const IpcBlob& blob) override;
 
   Status free(uint64_t device_addr) override;
 
@@ -234,6 +249,24 @@ class Device final : public Backend {
   void run(Stream& s);
 
   void execute(Op& op);
+
+  // Interprocess events: stream ops that mark a record done or wait for one
+  // in another process, and notifications when one completes (a thread that
+  // polls the cells while someone waits; sim_ipc.cc).
+  Status ipc_record_locked(Stream& s, const std::shared_ptr<IpcEventCell>& cell);
+  Status ipc_wait_locked(Stream& s, const std::shared_ptr<IpcEventCell>& cell);
+  void ipc_notify(std::shared_ptr<IpcEventCell> cell, uint64_t n, std::function<void()> fn);
+  void ipc_stop();
+  struct IpcWatch {
+    std::shared_ptr<IpcEventCell> cell;
+    uint64_t n;
+    std::function<void()> fn;
+  };
+  std::mutex ipc_mu_;
+  std::condition_variable ipc_cv_;
+  std::vector<IpcWatch> ipc_watches_;  // guarded by ipc_mu_
+  std::thread ipc_thread_;             // started with the first watch
+  std::atomic<bool> ipc_stopping_{false};
 
   const uint32_t devices_;
   cpu_set_t cpus_;  // the constructing thread's CPUs: every stream thread's

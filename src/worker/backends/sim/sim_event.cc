@@ -9,18 +9,19 @@
 #include "sim_device.h"
 
 namespace ordo::sim {
-namespace {
-
-constexpr uint32_t kEventDisableTiming = 0x2;  // cudaEventDisableTiming
-
-}  // namespace
 
 Status Device::event_create(uint32_t event, uint32_t device, uint32_t flags) {
   if (event >= kMaxBackendEvents || device >= devices_) return Status::kInvalidValue;
+  std::shared_ptr<IpcEventCell> cell;
+  if (flags & kEventInterprocess) {
+    if (!(flags & kEventDisableTiming)) return Status::kInvalidValue;
+    if (!(cell = new_ipc_cell())) return Status::kMemoryAllocation;
+  }
   std::lock_guard lk(mu_);
   auto [it, inserted] = events_.try_emplace(event);
   if (!inserted) return Status::kInvalidResourceHandle;
   it->second.flags = flags;
+  it->second.ipc = std::move(cell);
   return Status::kSuccess;
 }
 
@@ -34,6 +35,7 @@ Status Device::event_record(uint32_t stream, uint32_t event) {
   Stream* s = find_stream_locked(stream);
   Event* e = find_event_locked(event);
   if (!s || !e) return Status::kInvalidResourceHandle;
+  if (e->ipc) return ipc_record_locked(*s, e->ipc);
   auto cap = std::make_shared<Capture>();
   cap->stream = streams_[stream];
   push_locked(*s, Op{OpTag{}, RecordOp{cap}});
@@ -47,6 +49,7 @@ Status Device::stream_wait_event(uint32_t stream, uint32_t event) {
   Stream* s = find_stream_locked(stream);
   Event* e = find_event_locked(event);
   if (!s || !e) return Status::kInvalidResourceHandle;
+  if (e->ipc) return ipc_wait_locked(*s, e->ipc);
   const std::shared_ptr<Capture>& cap = e->cap;
   // Never recorded, already complete, or earlier on this very stream (FIFO): no-op.
   if (!cap || cap->stream.get() == s || capture_done(*cap)) return Status::kSuccess;
@@ -58,6 +61,8 @@ Status Device::event_query(uint32_t event) {
   std::lock_guard lk(mu_);
   Event* e = find_event_locked(event);
   if (!e) return Status::kInvalidResourceHandle;
+  if (e->ipc) return e->ipc->done(e->ipc->shared->recorded.load(std::memory_order_acquire)) ? Status::kSuccess
+                                                                                               : Status::kNotReady;
   if (!e->cap || capture_done(*e->cap)) return Status::kSuccess;
   return Status::kNotReady;
 }
@@ -77,13 +82,21 @@ Status Device::event_elapsed(uint32_t start, uint32_t end, float* ms) {
 
 void Device::event_notify(uint32_t event, std::function<void()> fn) {
   std::shared_ptr<Capture> cap;
+  std::shared_ptr<IpcEventCell> cell;
   uint64_t seq = 0;
   {
     std::lock_guard lk(mu_);
-    if (Event* e = find_event_locked(event); e && e->cap) {
+    if (Event* e = find_event_locked(event); e && e->ipc) {
+      cell = e->ipc;
+      seq = cell->shared->recorded.load(std::memory_order_acquire);
+    } else if (e && e->cap) {
       cap = e->cap;
       seq = cap->seq;
     }
+  }
+  if (cell) {
+    if (cell->done(seq)) return run_guarded(fn);
+    return ipc_notify(std::move(cell), seq, std::move(fn));
   }
   if (!cap || !cap->stream->add_notify(seq, fn)) run_guarded(fn);
 }

@@ -16,8 +16,13 @@ namespace ordo::sim {
 
 Status Device::malloc(uint32_t device, uint64_t size, uint64_t* device_addr) {
   if (!device_addr || size == 0 || size > kMaxAllocBytes || device >= devices_) return Status::kInvalidValue;
-  HostBlock block;
-  if (!block.allocate(size)) return Status::kMemoryAllocation;
+  auto block = std::make_shared<HostBlock>();
+  if (!block->allocate(size)) return Status::kMemoryAllocation;
+  return place(device, std::move(block), device_addr);
+}
+
+Status Device::place(uint32_t device, std::shared_ptr<HostBlock> block, uint64_t* device_addr) {
+  const uint64_t size = block->size();
   std::unique_lock lk(mem_mu_);
   uint64_t& next = next_addr_[device];
   const uint64_t addr = next;
@@ -26,7 +31,7 @@ Status Device::malloc(uint32_t device, uint64_t size, uint64_t* device_addr) {
   if (device_of_addr(end) != device) return Status::kMemoryAllocation;  // 16 TiB handed out
   next = end;
   try {
-    allocs_.emplace(addr, std::make_shared<HostBlock>(std::move(block)));
+    allocs_.emplace(addr, std::move(block));
   } catch (const std::bad_alloc&) {
     return Status::kMemoryAllocation;
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -79,13 +80,14 @@ class HostBlock {
   HostBlock(const HostBlock&) = delete;
   HostBlock& operator=(const HostBlock&) = delete;
   HostBlock(HostBlock&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), size_(o.size_), mapped_(o.mapped_) {}
+      : ptr_(std::exchange(o.ptr_, nullptr)), size_(o.size_), mapped_(o.mapped_), fd_(std::exchange(o.fd_, -1)) {}
   HostBlock& operator=(HostBlock&& o) noexcept {
     if (this != &o) {
       release();
       ptr_ = std::exchange(o.ptr_, nullptr);
       size_ = o.size_;
       mapped_ = o.mapped_;
+      fd_ = std::exchange(o.fd_, -1);
     }
     return *this;
   }
@@ -113,6 +115,14 @@ class HostBlock {
   std::byte* data() const { return ptr_; }
   uint64_t size() const { return size_; }
 
+  // Interprocess memory (sim_ipc.cc): the block moves into a memfd, which
+  // another worker process maps through /proc (fd() is the descriptor); the
+  // caller makes sure nothing uses the block meanwhile. adopt: a block over
+  // such a memfd, opened here (takes fd).
+  bool share();
+  bool adopt(int fd, uint64_t size);
+  int fd() const { return fd_; }
+
  private:
   void release() {
     if (!ptr_) return;
@@ -122,10 +132,13 @@ class HostBlock {
       std::free(ptr_);
     }
     ptr_ = nullptr;
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
   }
   std::byte* ptr_ = nullptr;
   uint64_t size_ = 0;
   bool mapped_ = false;
+  int fd_ = -1;  // shared: the memfd behind the mapping
 };
 
 }  // namespace ordo::sim

@@ -163,9 +163,31 @@ struct Stream {
   }
 };
 
+// An interprocess event's state, in a page of a memfd that every worker
+// process holding the event maps (sim_ipc.cc): records are numbered across
+// processes, and record n, once complete, marks its slot with n.
+struct IpcEventCell {
+  static constexpr uint64_t kSlots = 64;
+  struct Shared {
+    std::atomic<uint64_t> recorded;  // records issued, by every process
+    std::atomic<uint64_t> done[kSlots];
+  };
+  int fd = -1;
+  Shared* shared = nullptr;
+  IpcEventCell() = default;
+  IpcEventCell(const IpcEventCell&) = delete;
+  IpcEventCell& operator=(const IpcEventCell&) = delete;
+  ~IpcEventCell();
+  // Record n is complete, or a later record of the same slot is: a program
+  // that re-records an event 64 times while a wait on it is pending elsewhere
+  // releases that wait early (docs/CUDA.md, IPC).
+  bool done(uint64_t n) const { return n == 0 || shared->done[n % kSlots].load(std::memory_order_acquire) >= n; }
+};
+
 struct Event {
   uint32_t flags = 0;
-  std::shared_ptr<Capture> cap;  // null until first recorded
+  std::shared_ptr<Capture> cap;          // null until first recorded
+  std::shared_ptr<IpcEventCell> ipc;     // an interprocess event: records and waits go through it
 };
 
 inline bool capture_done(const Capture& c) { return c.stream->done(c.seq); }

@@ -1,0 +1,135 @@
+// Interprocess memory and events (cudaIpcGetMemHandle, cudaIpcOpenMemHandle,
+// cudaIpcCloseMemHandle, cudaIpcGetEventHandle, cudaIpcOpenEventHandle).
+// Guest processes of one region have a worker each: an export goes into the
+// region's IpcTable, shared by those workers only, and the guest gets a token
+// for it. The workers never take a backend's bytes from a guest: what another
+// process opens is what its exporter's backend wrote into the table. All run
+// on lane 0; copies on other lanes read the imports under read_memory().
+#include "../worker.h"
+
+namespace ordo {
+
+void Worker::op_IpcExport(const SlotCall& c) {
+  const auto a = decode<Op::IpcExport>(c.e.arg);
+  if (!opt_.ipc || !backend_.supports_ipc()) return reply(c, Status::kNotSupported);
+  IpcExport x{.kind = IpcKind(a.kind), .partition = opt_.partition};
+  IpcToken* known = nullptr;
+  Status st;
+  if (x.kind == IpcKind::kMemory) {
+    // The allocation that holds the address: CUDA exports it whole.
+    auto it = allocations_.upper_bound(a.handle);
+    if (it == allocations_.begin() || a.handle - std::prev(it)->first >= std::prev(it)->second)
+      return reply(c, Status::kInvalidValue);
+    --it;
+    if (auto e = ipc_exported_mem_.find(it->first); e != ipc_exported_mem_.end()) known = &e->second;
+    x.size = it->second;
+    if (!known) st = backend_.ipc_export_mem(it->first, &x.blob, &x.device);
+    if (!known && ok(st)) {
+      IpcToken t;
+      if (st = opt_.ipc->publish(x, &t); ok(st)) known = &(ipc_exported_mem_[it->first] = t);
+    }
+  } else {
+    std::lock_guard lock(events_mu_);
+    uint32_t idx;
+    if (st = events_.find(a.handle, &idx); !ok(st)) return reply(c, st);
+    if (!(events_.flags(idx) & kEventInterprocess)) return reply(c, Status::kInvalidResourceHandle);
+    if (auto e = ipc_exported_events_.find(idx); e != ipc_exported_events_.end()) known = &e->second;
+    x.device = events_.device(idx);
+    if (!known) st = backend_.ipc_export_event(events_.backend_of(idx, 0), &x.blob);
+    if (!known && ok(st)) {
+      IpcToken t;
+      if (st = opt_.ipc->publish(x, &t); ok(st)) known = &(ipc_exported_events_[idx] = t);
+    }
+  }
+  if (!known) return reply(c, st);
+  reply(c, Status::kSuccess, known->word, known->secret);
+}
+
+namespace {
+
+// What a token names, if another session exported it. CUDA refuses to open a
+// handle in the process that exported it.
+Status find_export(const IpcTable& table, uint32_t partition, const IpcToken& t, IpcKind kind, IpcExport* x) {
+  if (Status st = table.find(t, x); !ok(st)) return st;
+  if (x->kind != kind) return Status::kInvalidResourceHandle;
+  if (x->partition == partition) return Status::kInvalidContext;
+  return Status::kSuccess;
+}
+
+}  // namespace
+
+void Worker::op_IpcOpenMem(const SlotCall& c) {
+  const auto a = decode<Op::IpcOpenMem>(c.e.arg);
+  if (!opt_.ipc || !backend_.supports_ipc()) return reply(c, Status::kNotSupported);
+  if (a.device >= devices_) return reply(c, Status::kInvalidDevice);
+  const IpcToken t{a.token, a.secret};
+  // Opened before: the same address, counted once more.
+  for (auto& [addr, imp] : ipc_imports_) {
+    if (imp.token.word != t.word || imp.token.secret != t.secret) continue;
+    ++imp.refs;
+    return reply(c, Status::kSuccess, addr, imp.size | uint64_t(imp.device) << 56);
+  }
+  IpcExport x;
+  if (Status st = find_export(*opt_.ipc, opt_.partition, t, IpcKind::kMemory, &x); !ok(st)) return reply(c, st);
+  if (x.device >= devices_) return reply(c, Status::kInvalidDevice);
+  // Another device's memory: CUDA's lazy peer access (the only flag there is)
+  // lets the caller's device reach it, as cudaDeviceEnablePeerAccess would.
+  const uint32_t dev = uint32_t(a.device), peer = x.device;
+  if (dev != peer && !(peers_[dev] >> peer & 1)) {
+    if (!backend_.can_access_peer(dev, peer)) return reply(c, Status::kInvalidDevice);
+    if (Status st = backend_.set_peer_access(dev, peer, true); !ok(st) && st != Status::kPeerAccessAlreadyEnabled)
+      return reply(c, st);
+    peers_[dev] |= 1u << peer;
+  }
+  uint64_t addr = 0;
+  if (Status st = backend_.ipc_open_mem(x.blob, dev, x.size, &addr); !ok(st)) return reply(c, st);
+  {
+    const auto lock = write_memory();
+    ipc_imports_[addr] = {x.size, peer, 1, t};
+  }
+  reply(c, Status::kSuccess, addr, x.size | uint64_t(peer) << 56);
+}
+
+void Worker::op_IpcCloseMem(const SlotCall& c) {
+  const auto a = decode<Op::IpcCloseMem>(c.e.arg);
+  auto it = ipc_imports_.find(a.addr);
+  if (it == ipc_imports_.end()) return reply(c, Status::kInvalidValue);
+  if (--it->second.refs > 0) return reply(c, Status::kSuccess);
+  {
+    const auto lock = write_memory();
+    ipc_imports_.erase(it);
+  }
+  // Off the dispatch threads, as cudaFree: the driver may wait for the device.
+  side_.post([this, addr = a.addr, done = deferred_result(c.slot, c.seq)] { done(backend_.ipc_close_mem(addr), 0); });
+}
+
+void Worker::op_IpcOpenEvent(const SlotCall& c) {
+  const auto a = decode<Op::IpcOpenEvent>(c.e.arg);
+  if (!opt_.ipc || !backend_.supports_ipc()) return reply(c, Status::kNotSupported);
+  IpcExport x;
+  if (Status st = find_export(*opt_.ipc, opt_.partition, {a.token, a.secret}, IpcKind::kEvent, &x); !ok(st))
+    return reply(c, st);
+  if (x.device >= devices_) return reply(c, Status::kInvalidDevice);
+  uint64_t handle = 0;
+  Status st;
+  {
+    std::lock_guard lock(events_mu_);
+    st = events_.create(x.device, uint32_t(kEventInterprocess | kEventDisableTiming), &handle, &x.blob);
+  }
+  reply(c, st, handle, x.device);
+}
+
+// The session ended: its exports go (processes that opened them keep what
+// they opened), and so does what it opened.
+void Worker::ipc_reset() {
+  if (opt_.ipc) {
+    for (auto& [addr, t] : ipc_exported_mem_) opt_.ipc->revoke(t, opt_.partition);
+    for (auto& [idx, t] : ipc_exported_events_) opt_.ipc->revoke(t, opt_.partition);
+  }
+  ipc_exported_mem_.clear();
+  ipc_exported_events_.clear();
+  for (auto& [addr, imp] : ipc_imports_) backend_.ipc_close_mem(addr);
+  ipc_imports_.clear();
+}
+
+}  // namespace ordo
