@@ -141,6 +141,11 @@ class Client {
   Status ipc_close_mem(uint64_t device_addr);
   Status ipc_export_event(Event e, IpcToken* out);
   Status ipc_open_event(const IpcToken& t, Event* out);
+  // Physical memory of vmm_create (cuMemExportToShareableHandle), opened by
+  // any process of the region, this one too, as a handle of its own for the
+  // same memory (cuMemImportFromShareableHandle).
+  Status ipc_export_vmm(uint64_t handle, IpcToken* out);
+  Status ipc_open_vmm(const IpcToken& t, uint64_t* handle, uint64_t* size, uint32_t* device);
   Status memcpy_h2d_async(uint64_t dst, const void* src, uint64_t size, Stream s);
   Status memcpy_d2h_async(void* dst, uint64_t src, uint64_t size, Stream s);  // pageable dst: returns when done
   Status memcpy_d2d_async(uint64_t dst, uint64_t src, uint64_t size, Stream s);

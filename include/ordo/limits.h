@@ -57,6 +57,7 @@ inline constexpr uint64_t kEventDisableTiming = 2;
 inline constexpr uint64_t kEventInterprocess = 4;
 
 // What IpcExport exports.
-enum class IpcKind : uint64_t { kMemory = 0, kEvent = 1 };
+// kVmm: physical memory of cuMemCreate, as a POSIX descriptor exports it.
+enum class IpcKind : uint64_t { kMemory = 0, kEvent = 1, kVmm = 2 };
 
 }  // namespace ordo

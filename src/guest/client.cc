@@ -149,6 +149,10 @@ Status Client::ipc_open_mem(const IpcToken& t, uint64_t* device_addr, uint64_t* 
 Status Client::ipc_close_mem(uint64_t device_addr) { return core_->memory.ipc_close(device_addr); }
 Status Client::ipc_export_event(Event e, IpcToken* out) { return core_->events.ipc_export(e, out); }
 Status Client::ipc_open_event(const IpcToken& t, Event* out) { return core_->events.ipc_open(t, out); }
+Status Client::ipc_export_vmm(uint64_t handle, IpcToken* out) { return core_->memory.ipc_export_vmm(handle, out); }
+Status Client::ipc_open_vmm(const IpcToken& t, uint64_t* handle, uint64_t* size, uint32_t* device) {
+  return core_->memory.ipc_open_vmm(t, handle, size, device);
+}
 Status Client::vmm_unmap(uint64_t addr, uint64_t size) { return core_->memory.vmm_unmap(addr, size); }
 Status Client::vmm_set_access(uint64_t addr, uint64_t size, uint64_t devices, uint64_t access) {
   return core_->memory.vmm_set_access(addr, size, devices, access);

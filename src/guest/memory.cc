@@ -108,6 +108,25 @@ Status Memory::ipc_open(const Client::IpcToken& tok, uint64_t* device_addr, uint
   return threads_.finish_own(t, s);
 }
 
+Status Memory::ipc_export_vmm(uint64_t handle, Client::IpcToken* out) {
+  ThreadState& t = threads_.current();
+  if (!out) return threads_.finish_own(t, Status::kInvalidValue);
+  const Entry e = make_entry<Op::IpcExport>({.kind = uint64_t(IpcKind::kVmm), .handle = handle});
+  return threads_.finish_own(t, threads_.call(e, &out->word, &out->secret));
+}
+
+Status Memory::ipc_open_vmm(const Client::IpcToken& tok, uint64_t* handle, uint64_t* size, uint32_t* device) {
+  ThreadState& t = threads_.current();
+  if (!handle || !size || !device) return threads_.finish_own(t, Status::kInvalidValue);
+  uint64_t r1 = 0;
+  const Status s = threads_.call(make_entry<Op::IpcOpenVmm>({.token = tok.word, .secret = tok.secret}), handle, &r1);
+  if (ok(s)) {
+    *size = r1 & ((uint64_t{1} << 56) - 1);
+    *device = uint32_t(r1 >> 56);
+  }
+  return threads_.finish_own(t, s);
+}
+
 Status Memory::ipc_close(uint64_t device_addr) {
   ThreadState& t = threads_.current();
   // As cudaFree: work issued before may still use the memory.

@@ -37,6 +37,8 @@ class Memory {
   Status ipc_export(uint64_t device_addr, Client::IpcToken* out);
   Status ipc_open(const Client::IpcToken& t, uint64_t* device_addr, uint64_t* size, uint32_t* device);
   Status ipc_close(uint64_t device_addr);
+  Status ipc_export_vmm(uint64_t handle, Client::IpcToken* out);
+  Status ipc_open_vmm(const Client::IpcToken& t, uint64_t* handle, uint64_t* size, uint32_t* device);
 
  private:
   Threads& threads_;

@@ -132,6 +132,10 @@ template <> struct Args<Op::IpcOpenEvent> {
   uint64_t token, secret;
   ORDO_ARGS(token, secret)
 };
+template <> struct Args<Op::IpcOpenVmm> {
+  uint64_t token, secret;
+  ORDO_ARGS(token, secret)
+};
 template <> struct Args<Op::KernelLookup> {
   uint64_t module;  // 0: kernels the backend knows by name; the name is in the payload
   ORDO_ARGS(module)

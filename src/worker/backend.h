@@ -180,6 +180,14 @@ class Backend {
   virtual Status ipc_open_event(uint32_t /*event*/, uint32_t /*device*/, const IpcBlob& /*blob*/) {
     return Status::kNotSupported;
   }
+  // Physical memory of vmm_create (cuMemExportToShareableHandle); importing
+  // it gives a handle of this backend's for the same memory, released by
+  // vmm_release as its own.
+  virtual Status ipc_export_vmm(uint64_t /*handle*/, IpcBlob* /*out*/) { return Status::kNotSupported; }
+  virtual Status ipc_import_vmm(const IpcBlob& /*blob*/, uint32_t /*device*/, uint64_t /*size*/,
+                                uint64_t* /*handle*/) {
+    return Status::kNotSupported;
+  }
   // A module image (fatbin or cubin) registered by the guest, copied out of the region.
   virtual Status module_load(uint32_t module, std::span<const std::byte> image) = 0;
   virtual Status module_unload(uint32_t module) = 0;

@@ -13,7 +13,8 @@
 #include "supervisor.h"
 
 int main(int argc, char** argv) {
-  // Each cuMemCreate on the sim is a memfd, and PyTorch's expandable segments
+  // Each cuMemCreate on the sim is a memfd (so is each allocation of 1 MiB
+  // or more, which other processes may open), and PyTorch's expandable segments
   // make one per 2 MiB: the soft limit of open files (often 1024) would end a
   // 16 GiB device's memory at 2 GiB. The hard limit is what the system allows.
   if (rlimit r; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {

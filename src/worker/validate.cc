@@ -57,6 +57,7 @@ ORDO_NOTHING_TO_CHECK(EventElapsed)
 ORDO_NOTHING_TO_CHECK(IpcOpenMem)
 ORDO_NOTHING_TO_CHECK(IpcCloseMem)
 ORDO_NOTHING_TO_CHECK(IpcOpenEvent)
+ORDO_NOTHING_TO_CHECK(IpcOpenVmm)
 #undef ORDO_NOTHING_TO_CHECK
 
 template <>
@@ -272,7 +273,7 @@ Status check<Op::VmmSetAccess>(const Args<Op::VmmSetAccess>& a, const Entry&, co
 
 template <>
 Status check<Op::IpcExport>(const Args<Op::IpcExport>& a, const Entry&, const Layout&, std::string* why) {
-  if (a.kind > uint64_t(IpcKind::kEvent)) return bad(why, "IPC export of unknown kind " + std::to_string(a.kind));
+  if (a.kind > uint64_t(IpcKind::kVmm)) return bad(why, "IPC export of unknown kind " + std::to_string(a.kind));
   return Status::kSuccess;
 }
 }  // namespace

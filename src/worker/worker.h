@@ -298,6 +298,8 @@ class Worker {
   };
   std::map<uint64_t, IpcToken> ipc_exported_mem_;
   std::map<uint32_t, IpcToken> ipc_exported_events_;
+  std::map<uint64_t, IpcToken> ipc_exported_vmm_;  // by backend handle: gone with the physical memory
+  void ipc_vmm_gone(uint64_t backend_handle);
   std::map<uint64_t, IpcImport> ipc_imports_;
   void ipc_reset();
   // Device variables of this guest's modules: address -> (size, module). Copies

@@ -12,7 +12,8 @@
 # --region, --size, --ready-file, --stats, --unordered and everything else go
 # to the outer worker, --backend becomes cuda. --chaos goes to both, so the
 # cuda backend's own stream and event use is shuffled too, and so does
-# --sessions (one by default): each outer session is a guest process of the inner.
+# --sessions (one by default; doubled for the inner): each outer session is a
+# guest process of the inner.
 #
 # Environment: ORDO_STACKED_WORKER (the real ordo-worker), ORDO_STACKED_LIBCUDA
 # (the directory of ordo's libcuda.so.1).
@@ -24,7 +25,10 @@ while [ $# -gt 0 ]; do
   case $1 in
     --backend) outer+=(--backend cuda); shift 2 ;;
     --sim-kernels|--sim-devices) inner+=("$1" "$2"); shift 2 ;;
-    --chaos|--sessions) outer+=("$1" "$2"); inner+=("$1" "$2"); shift 2 ;;
+    --chaos) outer+=("$1" "$2"); inner+=("$1" "$2"); shift 2 ;;
+    # Twice as many inner sessions: with several, the outer's supervisor is a
+    # guest process of the inner too (it checks the cuda backend starts).
+    --sessions) outer+=("$1" "$2"); inner+=("$1" "$(($2 > 1 ? 2 * $2 : 1))"); shift 2 ;;
     --region) region=$2; outer+=("$1" "$2"); shift 2 ;;
     *) outer+=("$1"); shift ;;
   esac

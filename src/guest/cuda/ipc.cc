@@ -5,6 +5,7 @@
 // "Sessions"): the bytes mean nothing outside this region, and a handle the
 // table does not know is refused. Opened memory is device memory like
 // cuMemAlloc's (device_allocs), of the device it belongs to.
+#include "ipc_handle.h"
 #include "state.h"
 
 #include <cstring>
@@ -14,30 +15,17 @@
 namespace ordo::driver {
 namespace {
 
-// CU_IPC_HANDLE_SIZE bytes: a tag, then the token.
-constexpr uint64_t kMemTag = 0x314d435049445230ULL;    // "0RDIPCM1"
-constexpr uint64_t kEventTag = 0x314543504944523fULL;  // another tag: a memory handle is no event's
-struct Wire {
-  uint64_t tag;
-  uint64_t word;
-  uint64_t secret;
-  uint64_t zero[5];
-};
-static_assert(sizeof(Wire) == CU_IPC_HANDLE_SIZE);
+static_assert(sizeof(IpcWire) == CU_IPC_HANDLE_SIZE);
 
 template <class H>
 void write_handle(H* h, uint64_t tag, const ordo::Client::IpcToken& t) {
-  const Wire w{tag, t.word, t.secret, {}};
+  const IpcWire w = ipc_wire(tag, t);
   std::memcpy(h->reserved, &w, sizeof w);
 }
 
 template <class H>
 bool read_handle(const H& h, uint64_t tag, ordo::Client::IpcToken* t) {
-  Wire w;
-  std::memcpy(&w, h.reserved, sizeof w);
-  if (w.tag != tag) return false;
-  *t = {w.word, w.secret};
-  return true;
+  return ipc_token(h.reserved, tag, t);
 }
 
 // Opens per address, as the worker counts them: the range stays in
@@ -59,7 +47,7 @@ CUresult open_mem(CUdeviceptr* out, CUipcMemHandle handle, unsigned flags) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   ordo::Client::IpcToken t;
-  if (!read_handle(handle, kMemTag, &t)) return CUDA_ERROR_INVALID_VALUE;
+  if (!read_handle(handle, kIpcMemTag, &t)) return CUDA_ERROR_INVALID_VALUE;
   uint64_t addr = 0, size = 0;
   uint32_t device = 0;
   const Status s = c->ipc_open_mem(t, &addr, &size, &device);
@@ -86,7 +74,7 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   ordo::Client::IpcToken t;
   const Status s = c->ipc_export_mem(ptr, &t);
-  if (ok(s)) write_handle(handle, kMemTag, t);
+  if (ok(s)) write_handle(handle, kIpcMemTag, t);
   return to_cu(s);
 }
 
@@ -119,7 +107,7 @@ CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle* handle, CUevent event) {
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
   ordo::Client::IpcToken t;
   const Status s = c->ipc_export_event(to_event(event), &t);
-  if (ok(s)) write_handle(handle, kEventTag, t);
+  if (ok(s)) write_handle(handle, kIpcEventTag, t);
   return to_cu(s);
 }
 
@@ -128,7 +116,7 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* event, CUipcEventHandle handle) {
   ordo::Client* c = nullptr;
   if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
   ordo::Client::IpcToken t;
-  if (!read_handle(handle, kEventTag, &t)) return CUDA_ERROR_INVALID_VALUE;
+  if (!read_handle(handle, kIpcEventTag, &t)) return CUDA_ERROR_INVALID_VALUE;
   ordo::Event e;
   const Status s = c->ipc_open_event(t, &e);
   if (ok(s)) *event = reinterpret_cast<CUevent>(uintptr_t(e.handle));

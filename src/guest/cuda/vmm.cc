@@ -7,6 +7,10 @@
 // Memory is device memory like cuMemAlloc's: mappings join device_allocs().
 #include "forwarded.h"
 #include "graph.h"
+#include "ipc_handle.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -81,14 +85,14 @@ CUresult check_prop(ordo::Client* c, const CUmemAllocationProp* p, uint32_t* dev
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
-  // A POSIX descriptor may be asked for (PyTorch and NCCL always do) even
-  // though none can be exported: the export is what fails.
+  // POSIX descriptors (PyTorch and NCCL always ask for them) share memory
+  // between the processes of the VM (cuMemExportToShareableHandle).
   if (p->requestedHandleTypes & ~unsigned(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
     static std::atomic<bool> said;
     return not_supported_once(said,
                               "cuMemCreate with a fabric or Win32 handle type is not supported: memory of a VM's "
-                              "guest is not shared beyond its process (PyTorch and NCCL then ask for POSIX "
-                              "descriptors, which are accepted; exporting one fails)");
+                              "guest is shared only between its processes, through POSIX descriptors (PyTorch "
+                              "and NCCL then ask for those)");
   }
   *device = uint32_t(p->location.id);
   return CUDA_SUCCESS;
@@ -319,6 +323,70 @@ CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* pro
   auto it = b.handles.find(handle);
   if (it == b.handles.end()) return CUDA_ERROR_INVALID_VALUE;
   *prop = it->second.prop;
+  return CUDA_SUCCESS;
+}
+
+// A POSIX descriptor of the VM: a memfd holding the worker's token, which the
+// program passes to another process as it would the driver's (a Unix socket,
+// pidfd_getfd) and which cuMemImportFromShareableHandle there reads back.
+CUresult CUDAAPI cuMemExportToShareableHandle(void* out, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType type, unsigned long long flags) {
+  if (!out || flags) return CUDA_ERROR_INVALID_VALUE;
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    static std::atomic<bool> said;
+    return not_supported_once(said, "cuMemExportToShareableHandle of a fabric or Win32 handle is not supported: "
+                                    "a VM's memory is shared between its processes through POSIX descriptors");
+  }
+  {
+    Books& b = books();
+    std::lock_guard lock(b.mu);
+    auto it = b.handles.find(handle);
+    if (it == b.handles.end() || it->second.refs == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!(it->second.prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+      return CUDA_ERROR_INVALID_VALUE;  // made without asking for it
+  }
+  ordo::Client::IpcToken t;
+  if (Status s = c->ipc_export_vmm(handle, &t); !ok(s)) return to_cu(s);
+  const int fd = ::memfd_create("ordo-cuda-ipc", MFD_CLOEXEC);
+  const IpcWire w = ipc_wire(kIpcVmmTag, t);
+  if (fd < 0 || ::pwrite(fd, &w, sizeof w, 0) != ssize_t(sizeof w)) {
+    if (fd >= 0) ::close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *static_cast<int*>(out) = fd;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
+                                                CUmemAllocationHandleType type) {
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  ordo::Client* c = nullptr;
+  if (CUresult e = enter(&c); e != CUDA_SUCCESS) return e;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    static std::atomic<bool> said;
+    return not_supported_once(said, "cuMemImportFromShareableHandle of a fabric or Win32 handle is not supported: "
+                                    "a VM's memory is shared between its processes through POSIX descriptors");
+  }
+  const int fd = int(reinterpret_cast<intptr_t>(os_handle));
+  IpcWire w{};
+  ordo::Client::IpcToken t;
+  if (fd < 0 || ::pread(fd, &w, sizeof w, 0) != ssize_t(sizeof w) || !ipc_token(&w, kIpcVmmTag, &t))
+    return CUDA_ERROR_INVALID_VALUE;  // not a descriptor cuMemExportToShareableHandle made
+  uint64_t h = 0, size = 0;
+  uint32_t device = 0;
+  if (Status s = c->ipc_open_vmm(t, &h, &size, &device); !ok(s)) return to_cu(s);
+  Handle entry;
+  entry.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  entry.prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  entry.prop.location.id = int(device);
+  entry.prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  entry.size = size;
+  Books& b = books();
+  std::lock_guard lock(b.mu);
+  b.handles[h] = entry;
+  *handle = h;
   return CUDA_SUCCESS;
 }
 

@@ -28,6 +28,17 @@ void Worker::op_IpcExport(const SlotCall& c) {
       IpcToken t;
       if (st = opt_.ipc->publish(x, &t); ok(st)) known = &(ipc_exported_mem_[it->first] = t);
     }
+  } else if (x.kind == IpcKind::kVmm) {
+    const VmmTable::Physical* p = vmm_.physical(a.handle);
+    if (!p) return reply(c, Status::kInvalidValue);
+    if (auto e = ipc_exported_vmm_.find(p->backend_handle); e != ipc_exported_vmm_.end()) known = &e->second;
+    x.device = p->device;
+    x.size = p->size;
+    if (!known) st = backend_.ipc_export_vmm(p->backend_handle, &x.blob);
+    if (!known && ok(st)) {
+      IpcToken t;
+      if (st = opt_.ipc->publish(x, &t); ok(st)) known = &(ipc_exported_vmm_[p->backend_handle] = t);
+    }
   } else {
     std::lock_guard lock(events_mu_);
     uint32_t idx;
@@ -119,15 +130,40 @@ void Worker::op_IpcOpenEvent(const SlotCall& c) {
   reply(c, st, handle, x.device);
 }
 
+void Worker::op_IpcOpenVmm(const SlotCall& c) {
+  const auto a = decode<Op::IpcOpenVmm>(c.e.arg);
+  if (!opt_.ipc || !backend_.supports_ipc() || !backend_.supports_vmm()) return reply(c, Status::kNotSupported);
+  IpcExport x;
+  // A descriptor imports in the process that exported it too, as a new handle.
+  if (Status st = opt_.ipc->find({a.token, a.secret}, &x); !ok(st)) return reply(c, st);
+  if (x.kind != IpcKind::kVmm) return reply(c, Status::kInvalidResourceHandle);
+  if (x.device >= devices_) return reply(c, Status::kInvalidDevice);
+  uint64_t backend_handle = 0;
+  if (Status st = backend_.ipc_import_vmm(x.blob, x.device, x.size, &backend_handle); !ok(st)) return reply(c, st);
+  const auto lock = write_memory();
+  const uint64_t h = vmm_.add_physical({.backend_handle = backend_handle, .device = x.device, .size = x.size});
+  reply(c, Status::kSuccess, h, x.size | uint64_t(x.device) << 56);
+}
+
+// Physical memory the backend let go: nobody opens its export any more.
+void Worker::ipc_vmm_gone(uint64_t backend_handle) {
+  auto e = ipc_exported_vmm_.find(backend_handle);
+  if (e == ipc_exported_vmm_.end()) return;
+  opt_.ipc->revoke(e->second, opt_.partition);
+  ipc_exported_vmm_.erase(e);
+}
+
 // The session ended: its exports go (processes that opened them keep what
 // they opened), and so does what it opened.
 void Worker::ipc_reset() {
   if (opt_.ipc) {
     for (auto& [addr, t] : ipc_exported_mem_) opt_.ipc->revoke(t, opt_.partition);
     for (auto& [idx, t] : ipc_exported_events_) opt_.ipc->revoke(t, opt_.partition);
+    for (auto& [h, t] : ipc_exported_vmm_) opt_.ipc->revoke(t, opt_.partition);
   }
   ipc_exported_mem_.clear();
   ipc_exported_events_.clear();
+  ipc_exported_vmm_.clear();
   for (auto& [addr, imp] : ipc_imports_) backend_.ipc_close_mem(addr);
   ipc_imports_.clear();
 }

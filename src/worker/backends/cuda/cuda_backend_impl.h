@@ -150,6 +150,8 @@ class CudaBackend final : public Backend {
   Status ipc_close_mem(uint64_t addr) override;
   Status ipc_export_event(uint32_t event, IpcBlob* out) override;
   Status ipc_open_event(uint32_t event, uint32_t device, const IpcBlob& blob) override;
+  Status ipc_export_vmm(uint64_t handle, IpcBlob* out) override;
+  Status ipc_import_vmm(const IpcBlob& blob, uint32_t device, uint64_t size, uint64_t* handle) override;
 
   bool supports_vmm() const override;
   Status vmm_reserve(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t* addr) override;
@@ -343,6 +345,7 @@ class CudaBackend final : public Backend {
   std::map<std::pair<uint32_t, std::string>, uint32_t> kernel_ids_;  // guarded by mu_; (module, name) -> id
   std::map<uint64_t, Alloc> allocs_;                     // guarded by mu_; by device address
   std::map<uint64_t, Global> globals_;                   // guarded by mu_; by device address
+  std::map<uint64_t, int> vmm_exported_fds_;             // guarded by mu_; by handle, closed at vmm_release
   std::map<uint64_t, Alloc> ipc_opened_;                 // guarded by mu_; cudaIpcOpenMemHandle's, by device address
   std::map<uint64_t, Alloc> vmm_maps_;                   // guarded by mu_; mappings (cuMemMap), by device address
   std::vector<HostRange> host_ranges_;                   // guarded by mu_

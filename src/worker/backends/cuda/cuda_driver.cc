@@ -38,7 +38,9 @@ bool Driver::load(std::string* error) {
          get("cuMemRelease", 10020, &mem_release, false, error) &&
          get("cuMemMap", 10020, &mem_map, false, error) &&
          get("cuMemUnmap", 10020, &mem_unmap, false, error) &&
-         get("cuMemSetAccess", 10020, &mem_set_access, false, error);
+         get("cuMemSetAccess", 10020, &mem_set_access, false, error) &&
+         get("cuMemExportToShareableHandle", 10020, &mem_export, false, error) &&
+         get("cuMemImportFromShareableHandle", 10020, &mem_import, false, error);
 }
 
 }  // namespace ordo::cuda

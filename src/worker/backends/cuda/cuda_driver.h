@@ -58,6 +58,9 @@ struct Driver {
   PFN_cuMemMap_v10020 mem_map = nullptr;
   PFN_cuMemUnmap_v10020 mem_unmap = nullptr;
   PFN_cuMemSetAccess_v10020 mem_set_access = nullptr;
+  // Exporting physical memory to another worker process (optional).
+  PFN_cuMemExportToShareableHandle_v10020 mem_export = nullptr;
+  PFN_cuMemImportFromShareableHandle_v10020 mem_import = nullptr;
   bool has_vmm() const {
     return mem_address_reserve && mem_address_free && mem_create && mem_release && mem_map && mem_unmap &&
            mem_set_access;

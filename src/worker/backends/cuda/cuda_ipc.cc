@@ -3,6 +3,9 @@
 // guest), and the other part's worker, a process of its own on the same host,
 // opens it in its own context.
 #include <cuda_runtime_api.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <mutex>
@@ -91,6 +94,53 @@ Status CudaBackend::ipc_open_event(uint32_t event, uint32_t device, const IpcBlo
     return to_status(e);
   }
   events_.emplace(event, EventEntry{ev, device});
+  return Status::kSuccess;
+}
+
+// Physical memory goes to the other worker process as the driver's POSIX
+// descriptor. A descriptor of a device file cannot be reopened through /proc
+// (that would open the device afresh), so the importer takes a duplicate of
+// the exporter's with pidfd_getfd, which needs the exporter to allow it:
+// any process of its user may, as without Yama they all could.
+Status CudaBackend::ipc_export_vmm(uint64_t handle, IpcBlob* out) {
+  if (!drv_.mem_export) return Status::kNotSupported;
+  std::lock_guard lk(mu_);
+  int fd = -1;
+  if (auto it = vmm_exported_fds_.find(handle); it != vmm_exported_fds_.end()) {
+    fd = it->second;
+  } else {
+    bind(0);
+    if (CUresult r = drv_.mem_export(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0); r != CUDA_SUCCESS)
+      return to_status(r);
+    vmm_exported_fds_[handle] = fd;
+    static const bool allowed = ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) == 0 || errno == EINVAL;  // EINVAL: no Yama
+    (void)allowed;
+  }
+  *out = IpcBlob{};
+  out->words[0] = uint64_t(::getpid());
+  out->words[1] = uint64_t(fd);
+  return Status::kSuccess;
+}
+
+Status CudaBackend::ipc_import_vmm(const IpcBlob& blob, uint32_t device, uint64_t /*size*/, uint64_t* handle) {
+  if (!drv_.mem_import) return Status::kNotSupported;
+  if (device >= device_count()) return Status::kInvalidDevice;
+  const int pidfd = int(::syscall(SYS_pidfd_open, pid_t(blob.words[0]), 0));
+  if (pidfd < 0) return Status::kInvalidResourceHandle;  // the exporting worker is gone
+  const int fd = int(::syscall(SYS_pidfd_getfd, pidfd, int(blob.words[1]), 0));
+  const int err = errno;
+  ::close(pidfd);
+  if (fd < 0) {
+    log("cannot take the exporting worker's memory descriptor (pidfd_getfd: %s); cuMemImportFromShareableHandle "
+        "fails", std::strerror(err));
+    return Status::kNotSupported;
+  }
+  bind(device);
+  CUmemGenericAllocationHandle h = 0;
+  const CUresult r = drv_.mem_import(&h, reinterpret_cast<void*>(uintptr_t(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  ::close(fd);  // the driver holds the memory now
+  if (r != CUDA_SUCCESS) return to_status(r);
+  *handle = h;
   return Status::kSuccess;
 }
 

@@ -2,6 +2,8 @@
 // cuMemCreate, cuMemMap and cuMemSetAccess, at the addresses the guest then
 // uses as they are (unified addressing). Mappings join the ranges copies may
 // touch (check_device), which may cross from one mapping into the next.
+#include <unistd.h>
+
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -37,6 +39,8 @@ Status CudaBackend::vmm_create(uint32_t device, uint64_t size, uint64_t* handle)
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = devices_[device].ordinal;
+  // So that another worker process can import it (ipc_export_vmm).
+  if (drv_.mem_export) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUmemGenericAllocationHandle h = 0;
   if (CUresult r = drv_.mem_create(&h, size, &prop, 0); r != CUDA_SUCCESS) return to_status(r);
   *handle = h;
@@ -44,6 +48,13 @@ Status CudaBackend::vmm_create(uint32_t device, uint64_t size, uint64_t* handle)
 }
 
 Status CudaBackend::vmm_release(uint64_t handle) {
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = vmm_exported_fds_.find(handle); it != vmm_exported_fds_.end()) {
+      ::close(it->second);
+      vmm_exported_fds_.erase(it);
+    }
+  }
   bind(0);
   return to_status(drv_.mem_release(handle));
 }

@@ -129,6 +129,8 @@ class Device final : public Backend {
   Status ipc_close_mem(uint64_t addr) override { return free(addr); }
   Status ipc_export_event(uint32_t event, IpcBlob* out) override;
   Status ipc_open_event(uint32_t event, uint32_t device, const IpcBlob& blob) override;
+  Status ipc_export_vmm(uint64_t handle, IpcBlob* out) override;
+  Status ipc_import_vmm(const IpcBlob& blob, uint32_t device, uint64_t size, uint64_t* handle) override;
 
   Status free(uint64_t device_addr) override;
 

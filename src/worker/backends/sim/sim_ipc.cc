@@ -100,9 +100,10 @@ IpcEventCell::~IpcEventCell() {
 }
 
 Status Device::ipc_export_mem(uint64_t addr, IpcBlob* out, uint32_t* device) {
-  // A block moves into a memfd only while nothing uses it: every op and kernel
-  // that translated an address into it holds a pin. One that holds it long (a
-  // kernel spinning on it) makes the export wait, then fail.
+  // A small block moves into a memfd only while nothing uses it: every op and
+  // kernel that translated an address into it holds a pin. One that holds it
+  // long (a kernel spinning on it) makes the export wait, then fail with
+  // kNotReady. Large blocks have their memfd from the start.
   for (int tries = 0;; ++tries) {
     {
       std::unique_lock lk(mem_mu_);
@@ -133,6 +134,29 @@ Status Device::ipc_open_mem(const IpcBlob& blob, uint32_t /*device*/, uint64_t s
   // In the exporter's device's span: the memory is that device's, and a kernel
   // of another device reaches it through peer access, as on a GPU.
   return place(uint32_t(b.device), std::move(block), addr);
+}
+
+Status Device::ipc_export_vmm(uint64_t handle, IpcBlob* out) {
+  std::shared_lock lk(mem_mu_);
+  auto h = vmm_handles_.find(handle);
+  if (h == vmm_handles_.end()) return Status::kInvalidValue;
+  const VmmPhysical& p = *h->second;
+  return describe(p.fd, p.size, p.device, out) ? Status::kSuccess : Status::kMemoryAllocation;
+}
+
+Status Device::ipc_import_vmm(const IpcBlob& blob, uint32_t device, uint64_t size, uint64_t* handle) {
+  Blob b;
+  const int fd = open_exported(blob, size, &b);
+  if (fd < 0) return Status::kInvalidResourceHandle;
+  auto p = std::make_shared<VmmPhysical>();
+  p->fd = fd;  // the same memory as the exporter's handle: mappings of both share bytes
+  p->size = size;
+  p->device = device;
+  if (b.size != size || b.device != device || device >= devices_) return Status::kInvalidResourceHandle;
+  std::unique_lock lk(mem_mu_);
+  *handle = next_vmm_handle_++;
+  vmm_handles_.emplace(*handle, std::move(p));
+  return Status::kSuccess;
 }
 
 Status Device::ipc_export_event(uint32_t event, IpcBlob* out) {

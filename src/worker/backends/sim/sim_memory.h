@@ -96,9 +96,20 @@ class HostBlock {
   bool allocate(uint64_t size) {
     release();
     if (size >= kMmapThreshold) {
-      // Anonymous mappings are zero-filled lazily: a large allocation costs no time.
-      void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (p == MAP_FAILED) return false;
+      // A memfd, zero-filled lazily: a large allocation costs no time, and
+      // another worker process can map it once exported (share()) without a
+      // copy while kernels still use it. Anonymous memory if there is none.
+      const int fd = ::memfd_create("ordo-sim-memory", MFD_CLOEXEC);
+      void* p = MAP_FAILED;
+      if (fd >= 0 && ::ftruncate(fd, off_t((size + 4095) / 4096 * 4096)) == 0)  // whole pages, as share() makes
+        p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) {
+        fd_ = fd;
+      } else {
+        if (fd >= 0) ::close(fd);
+        p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return false;
+      }
       ptr_ = static_cast<std::byte*>(p);
       mapped_ = true;
     } else {
@@ -115,10 +126,11 @@ class HostBlock {
   std::byte* data() const { return ptr_; }
   uint64_t size() const { return size_; }
 
-  // Interprocess memory (sim_ipc.cc): the block moves into a memfd, which
-  // another worker process maps through /proc (fd() is the descriptor); the
-  // caller makes sure nothing uses the block meanwhile. adopt: a block over
-  // such a memfd, opened here (takes fd).
+  // Interprocess memory (sim_ipc.cc): another worker process maps the
+  // block's memfd through /proc (fd() is the descriptor). A large block has
+  // one from the start; share() moves a small one into one, and the caller
+  // makes sure nothing uses the block meanwhile. adopt: a block over such a
+  // memfd, opened here (takes fd).
   bool share();
   bool adopt(int fd, uint64_t size);
   int fd() const { return fd_; }
