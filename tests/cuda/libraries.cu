@@ -22,6 +22,9 @@
 #include <nccl.h>
 #include <nvrtc.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -337,6 +340,51 @@ int nccl(cudaStream_t) {
   return 0;
 }
 
+// NCCL's ranks as torchrun starts them: a process each, one device each
+// (rank r on device r), the unique id handed from rank 0 to the others (a
+// pipe here), its bootstrap over sockets, then an all-reduce. Between
+// processes its P2P transport maps the peers' buffers from cuMem memory
+// exported as POSIX descriptors (NCCL_P2P_LEVEL=SYS: the guest's sysfs shows
+// no PCI path), which its proxy passes over a Unix socket. Forks before any
+// CUDA call, so main() calls it first.
+int nccl_ranks() {
+  constexpr int kRanks = 2;
+  int id_pipe[2];
+  if (pipe(id_pipe) != 0) return 2;
+  const pid_t child = fork();
+  if (child < 0) return 2;
+  const int rank = child == 0 ? 1 : 0;
+  ncclUniqueId id;
+  if (rank == 0) {
+    NCCL(ncclGetUniqueId(&id));
+    if (write(id_pipe[1], &id, sizeof id) != ssize_t(sizeof id)) return 2;
+  } else if (read(id_pipe[0], &id, sizeof id) != ssize_t(sizeof id)) {
+    std::printf("FAIL nccl rank 1: no unique id from rank 0\n");
+    _exit(2);
+  }
+  int rc = [&]() -> int {
+    CHECK(cudaSetDevice(rank));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ncclComm_t comm;
+    NCCL(ncclCommInitRank(&comm, kRanks, id, rank));
+    float* buf = device_floats(1024, float(rank + 1));
+    const std::string what = "nccl rank " + std::to_string(rank) + " of " + std::to_string(kRanks) + " processes";
+    LAUNCHING(what.c_str(), ncclAllReduce(buf, buf, 1024, ncclFloat, ncclSum, comm, s), ncclSuccess, nccl_name);
+    return finish(what.c_str(), s);
+  }();
+  if (rank == 1) {
+    std::fflush(stdout);
+    _exit(rc);  // the parent reports for both
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::printf("FAIL nccl rank 1 exited with status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return rc ? rc : 1;
+  }
+  return rc;
+}
+
 const char* kSaxpy = R"(
 extern "C" __global__ void rtc_saxpy(float a, const float* x, float* y, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -400,12 +448,13 @@ const Case kCases[] = {{"cublas", cublas},     {"cublaslt", cublaslt}, {"cudnn",
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::printf("usage: libraries CASE [--expect-no-twin]; cases:");
+    std::printf("usage: libraries CASE [--expect-no-twin]; cases: nccl_ranks");
     for (const Case& c : kCases) std::printf(" %s", c.name);
     std::printf("\n");
     return 2;
   }
   expect_no_twin = argc > 2 && std::strcmp(argv[2], "--expect-no-twin") == 0;
+  if (std::strcmp(argv[1], "nccl_ranks") == 0) return nccl_ranks();
   for (const Case& c : kCases)
     if (std::strcmp(argv[1], c.name) == 0) {
       cudaStream_t s;

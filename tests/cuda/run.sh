@@ -27,7 +27,7 @@
 #               under ORDO_DRIVER_TRACE=1: it must exit 0, call nothing ordo leaves unimplemented
 #               (no export or private-table slot answering "not supported"), and the worker must
 #               name the library kernel it could not run (LIBRARY_KERNEL=0: a case that needs no
-#               kernel, which must say it ran instead)
+#               kernel, which must say it ran instead; EXPECT_LINE: a line the output must have)
 #
 # WORKER_ARGS: more ordo-worker arguments, e.g. a larger region (--size 512M --sessions 1).
 set -uo pipefail
@@ -183,6 +183,7 @@ case $mode in
     rm -f "$worker_log"
     [ $rc -eq 0 ] || { echo "the case failed (rc $rc); its last driver calls:"; grep "^ordo-trace: " "$log" | tail -15; exit 1; }
     [ -z "$missing" ] || { echo "calls ordo does not implement:"; echo "$missing"; exit 1; }
+    [ -z "${EXPECT_LINE:-}" ] || grep -q -- "$EXPECT_LINE" "$log" || { echo "no line with '$EXPECT_LINE'"; exit 1; }
     if [ "${LIBRARY_KERNEL:-1}" = 0 ]; then
       grep -q ": ran" "$log" || { echo "the case did not say it ran"; exit 1; }
     else

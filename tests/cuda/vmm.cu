@@ -8,10 +8,9 @@
 // addresses and their properties, what pointer queries say of mapped memory,
 // misuse cuda.h documents, memory of another device mapped beside the first
 // (when there are several), and four threads each growing and shrinking a
-// segment of its own at once. cuMemExportToShareableHandle/Import are not
-// used (ordo refuses them). The same program must pass natively and through
-// ordo, printing the same lines (no addresses, only values and checksums);
-// docs: /work/vmm-semantics.md (where each rule comes from).
+// segment of its own at once. cuMemExportToShareableHandle/Import between
+// processes are vmm_ipc.cu's. The same program must pass natively and through
+// ordo, printing the same lines (no addresses, only values and checksums).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
