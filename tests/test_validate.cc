@@ -221,6 +221,22 @@ std::vector<std::pair<std::string, Entry>> good_entries(const Layout& l) {
   add("mapping of any handle (the worker's table decides)", vmm_entry(Op::VmmMap, {kG, 2 * kG, UINT64_MAX}));
   add("access of every device: read-write, read and none",
       vmm_entry(Op::VmmSetAccess, {kG, kG, 0xffffffff, 0x3333333333333333 | 0x4444444444444444}));
+  // Interprocess memory and events: tokens, secrets, addresses and devices are
+  // the worker's to hold to the region's table and the session's imports.
+  add("IPC export of memory at any address", vmm_entry(Op::IpcExport, {uint64_t(IpcKind::kMemory), UINT64_MAX}));
+  add("IPC export of any event handle", vmm_entry(Op::IpcExport, {uint64_t(IpcKind::kEvent), UINT64_MAX}));
+  add("IPC export of memory at address 0", vmm_entry(Op::IpcExport, {uint64_t(IpcKind::kMemory), 0}));
+  add("IPC open of memory: any token, secret and device (the worker's to check)",
+      vmm_entry(Op::IpcOpenMem, {UINT64_MAX, UINT64_MAX, UINT64_MAX}));
+  add("IPC open of memory: the zero token", vmm_entry(Op::IpcOpenMem, {0, 0, 0}));
+  add("IPC open of memory on device kMaxDevices (the worker's count decides)",
+      vmm_entry(Op::IpcOpenMem, {uint64_t{2} << 32 | 5, 42, kMaxDevices}));
+  add("IPC close of any address (the session's imports decide)", vmm_entry(Op::IpcCloseMem, {UINT64_MAX}));
+  add("IPC open of an event: any token and secret", vmm_entry(Op::IpcOpenEvent, {UINT64_MAX, UINT64_MAX}));
+  e = vmm_entry(Op::IpcOpenEvent, {uint64_t{4} << 32 | 7, 1});
+  e.edge_count = 1;
+  e.edges[0] = {l.ring_count - 1, 0, UINT64_MAX};
+  add("IPC open of an event after an edge", e);
   add("module chunk filling the heap", module_chunk_entry(0, l.heap_size, 0));
   add("module chunk ending at kMaxModuleImage", module_chunk_entry(8, 16, kMaxModuleImage - 16));
   add("module load ending at kMaxModuleImage", module_load_entry(l.heap_size - 16, 16, kMaxModuleImage - 16));
@@ -538,6 +554,22 @@ std::vector<BadCase> bad_entries(const Layout& l) {
   e = good_vmm(Op::VmmSetAccess);
   e.arg[3] = 3 | 3 << 2;
   add("access for a device not named", e, Path::Slot);
+  // Interprocess memory and events: a known kind; slot ops, edges (at most kMaxEdges) to rings that exist.
+  for (uint64_t kind : {uint64_t{7}, uint64_t{1} << 32, UINT64_MAX}) {
+    add("IPC export of kind " + std::to_string(kind), vmm_entry(Op::IpcExport, {kind, 0}), Path::Slot);
+    add("IPC export of kind " + std::to_string(kind) + " on a ring", vmm_entry(Op::IpcExport, {kind, 0}), Path::Ring);
+  }
+  for (Op op : {Op::IpcExport, Op::IpcOpenMem, Op::IpcCloseMem, Op::IpcOpenEvent}) {
+    const std::string name(info(op).name);
+    add(name + " on a ring", vmm_entry(op, {}), Path::Ring);
+    e = vmm_entry(op, {});
+    e.edge_count = kMaxEdges + 1;
+    add(name + " with " + std::to_string(kMaxEdges + 1) + " edges", e, Path::Slot);
+    e = vmm_entry(op, {});
+    e.edge_count = 1;
+    e.edges[0] = {l.ring_count, 0, 0};
+    add(name + " with an edge to ring " + std::to_string(l.ring_count), e, Path::Slot);
+  }
   e = entry(Op::KernelAttributes);
   e.arg[0] = uint64_t{1} << 32;
   add("attributes of kernel 2^32", e, Path::Slot, Status::kInvalidResourceHandle);

@@ -202,7 +202,7 @@ bool Session::worker_alive() const {
          h->attached_session.load(std::memory_order_acquire) == guest_session_;
 }
 
-Status Session::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) {
+Status Session::wait_worker(const std::atomic<uint64_t>& word, uint64_t target, const std::atomic<uint32_t>* unless) {
   // A worker found dead stays dead for this session: fail at once, not after
   // another timeout per call.
   if (lost()) return Status::kDevicesUnavailable;
@@ -215,6 +215,7 @@ Status Session::wait_worker(const std::atomic<uint64_t>& word, uint64_t target) 
       see_host_functions();
       return Status::kSuccess;
     }
+    if (unless && unless->load(std::memory_order_acquire)) return Status::kNotReady;
     if (i < 2000) {
       _mm_pause();
       continue;

@@ -6,6 +6,7 @@
 
 #include <immintrin.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -63,8 +64,9 @@ class Session {
     _mm_sfence();
     if (region_->header()->worker_sleeping.load(std::memory_order_relaxed)) bell_.ring();
   }
-  // Until `word` reaches `target`; kDevicesUnavailable once the worker is found gone.
-  Status wait_worker(const std::atomic<uint64_t>& word, uint64_t target);
+  // Until `word` reaches `target`; kDevicesUnavailable once the worker is found
+  // gone. `unless`: stop waiting (kNotReady) as soon as it is nonzero.
+  Status wait_worker(const std::atomic<uint64_t>& word, uint64_t target, const std::atomic<uint32_t>* unless = nullptr);
   Status wait_completed(uint32_t r, uint64_t pos) { return wait_worker(region_->ring(r).completed, pos); }
 
   // Host functions finished: the runner releases each, and every wait for the
@@ -73,6 +75,9 @@ class Session {
   // to the waiting thread too (ARCHITECTURE.md, "Host functions").
   void host_function_ran() { host_functions_ran_.fetch_add(1, std::memory_order_release); }
   void see_host_functions() const { host_functions_ran_.load(std::memory_order_acquire); }
+  // Host functions issued on ring r that have not returned: the ring holds
+  // the entries behind one until it did.
+  std::atomic<uint32_t>& host_functions_pending(uint32_t r) { return host_functions_pending_[r]; }
 
  private:
   bool worker_alive() const;
@@ -86,6 +91,7 @@ class Session {
   const uint32_t device_count_;    // the worker's word, checked at attach
   std::atomic<bool> lost_{false};
   std::atomic<uint64_t> host_functions_ran_{0};
+  std::array<std::atomic<uint32_t>, kMaxRings> host_functions_pending_{};
   std::thread heartbeat_;
   std::mutex beat_mu_;
   std::condition_variable beat_cv_;

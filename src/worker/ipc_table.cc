@@ -26,6 +26,10 @@ namespace {
 
 constexpr size_t kTableBytes = sizeof(IpcTable::Cell) * IpcTable::kCells;
 
+// A cell's generation before a change: even, also where a worker died halfway
+// through one (left it odd), so that the cell's next tokens are good ones.
+uint32_t settled(uint32_t g) { return (g + 1) & ~1u; }
+
 void encode(const IpcExport& x, uint64_t* w) {
   w[0] = uint64_t(x.kind) | uint64_t(x.device) << 8 | uint64_t(x.partition) << 32;
   w[1] = x.size;
@@ -49,10 +53,10 @@ uint64_t draw_secret() {
 
 }  // namespace
 
-std::unique_ptr<IpcTable> IpcTable::create(std::string* err) {
-  // No MFD_CLOEXEC: the parts of a supervisor, and a worker restarting
-  // itself, get it across exec.
-  const int fd = ::memfd_create("ordo-ipc", 0);
+std::unique_ptr<IpcTable> IpcTable::create(std::string* err, bool inherited) {
+  // Inherited: the parts of a supervisor get it across exec (and a part
+  // restarting itself keeps it). A lone worker's is its own.
+  const int fd = ::memfd_create("ordo-ipc", inherited ? 0 : MFD_CLOEXEC);
   if (fd < 0 || ::ftruncate(fd, off_t(kTableBytes)) != 0) {
     if (err) *err = std::string("cannot make the IPC table: ") + std::strerror(errno);
     if (fd >= 0) ::close(fd);
@@ -81,7 +85,7 @@ Status IpcTable::publish(const IpcExport& x, IpcToken* out) {
     if (c.owner.load(std::memory_order_relaxed) != 0 ||
         !c.owner.compare_exchange_strong(free, x.partition + 1, std::memory_order_acquire))
       continue;
-    const uint32_t g = c.generation.load(std::memory_order_relaxed);
+    const uint32_t g = settled(c.generation.load(std::memory_order_relaxed));
     c.generation.store(g + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
     uint64_t w[Cell::kWords];
@@ -97,7 +101,7 @@ Status IpcTable::publish(const IpcExport& x, IpcToken* out) {
 }
 
 void IpcTable::clear(Cell& c) {
-  const uint32_t g = c.generation.load(std::memory_order_relaxed);
+  const uint32_t g = settled(c.generation.load(std::memory_order_relaxed));
   c.generation.store(g + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   c.secret.store(0, std::memory_order_relaxed);

@@ -38,9 +38,9 @@ class IpcTable {
  public:
   static constexpr uint32_t kCells = 4096;
 
-  // A new table in a memfd that survives exec (the supervisor's, or a lone
-  // worker's); or the one inherited as descriptor `fd`.
-  static std::unique_ptr<IpcTable> create(std::string* err);
+  // A new table in a memfd, which `inherited` lets survive exec (the
+  // supervisor's); or the one inherited as descriptor `fd`.
+  static std::unique_ptr<IpcTable> create(std::string* err, bool inherited = false);
   static std::unique_ptr<IpcTable> attach(int fd, std::string* err);
   ~IpcTable();
   IpcTable(const IpcTable&) = delete;

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     }
     // One table of exports for all parts: guest processes share memory and
     // events through it (cudaIpc*). Without it they cannot, and say so.
-    const auto ipc = ordo::IpcTable::create(&err);
+    const auto ipc = ordo::IpcTable::create(&err, /*inherited=*/true);
     if (!ipc) std::fprintf(stderr, "ordo-worker: %s; guest processes cannot share memory or events\n", err.c_str());
     return ordo::supervise(argv, {.region = c.region_path, .size = c.size, .sessions = c.sessions,
                                   .backend = backend, .ready_file = c.ready_file, .ipc_fd = ipc ? ipc->fd() : -1});

@@ -74,24 +74,28 @@ void Worker::op_IpcOpenMem(const SlotCall& c) {
   if (!opt_.ipc || !backend_.supports_ipc()) return reply(c, Status::kNotSupported);
   if (a.device >= devices_) return reply(c, Status::kInvalidDevice);
   const IpcToken t{a.token, a.secret};
-  // Opened before: the same address, counted once more.
+  // Another device's memory: CUDA's lazy peer access (the only flag there is)
+  // lets the caller's device reach it, as cudaDeviceEnablePeerAccess would.
+  auto reach = [&](uint32_t dev, uint32_t peer) {
+    if (dev == peer || (peers_[dev] >> peer & 1)) return Status::kSuccess;
+    if (!backend_.can_access_peer(dev, peer)) return Status::kInvalidDevice;
+    if (Status st = backend_.set_peer_access(dev, peer, true); !ok(st) && st != Status::kPeerAccessAlreadyEnabled)
+      return st;
+    peers_[dev] |= 1u << peer;
+    return Status::kSuccess;
+  };
+  // Opened before: the same address, counted once more (from this device too).
   for (auto& [addr, imp] : ipc_imports_) {
     if (imp.token.word != t.word || imp.token.secret != t.secret) continue;
+    if (Status st = reach(uint32_t(a.device), imp.device); !ok(st)) return reply(c, st);
     ++imp.refs;
     return reply(c, Status::kSuccess, addr, imp.size | uint64_t(imp.device) << 56);
   }
   IpcExport x;
   if (Status st = find_export(*opt_.ipc, opt_.partition, t, IpcKind::kMemory, &x); !ok(st)) return reply(c, st);
   if (x.device >= devices_) return reply(c, Status::kInvalidDevice);
-  // Another device's memory: CUDA's lazy peer access (the only flag there is)
-  // lets the caller's device reach it, as cudaDeviceEnablePeerAccess would.
   const uint32_t dev = uint32_t(a.device), peer = x.device;
-  if (dev != peer && !(peers_[dev] >> peer & 1)) {
-    if (!backend_.can_access_peer(dev, peer)) return reply(c, Status::kInvalidDevice);
-    if (Status st = backend_.set_peer_access(dev, peer, true); !ok(st) && st != Status::kPeerAccessAlreadyEnabled)
-      return reply(c, st);
-    peers_[dev] |= 1u << peer;
-  }
+  if (Status st = reach(dev, peer); !ok(st)) return reply(c, st);
   uint64_t addr = 0;
   if (Status st = backend_.ipc_open_mem(x.blob, dev, x.size, &addr); !ok(st)) return reply(c, st);
   {
