@@ -184,6 +184,34 @@ class CheckingBackend final : public NullBackend {
     *k = uint32_t(name.size());
     return Status::kSuccess;
   }
+  // Interprocess exports: only the first address of an allocation, a live
+  // event, a live handle. Opens need a token of another session's export,
+  // which a guest (and so the fuzzer) cannot guess: they must all be refused
+  // before reaching here.
+  bool supports_ipc() const override { return true; }
+  Status ipc_export_mem(uint64_t addr, IpcBlob* out, uint32_t* device) override {
+    std::lock_guard lock(mu_);
+    if (!allocs_.count(addr)) __builtin_trap();
+    *out = IpcBlob{};
+    *device = 0;
+    return Status::kSuccess;
+  }
+  Status ipc_export_event(uint32_t event, IpcBlob* out) override {
+    std::lock_guard lock(mu_);
+    live_event(event);
+    *out = IpcBlob{};
+    return Status::kSuccess;
+  }
+  Status ipc_export_vmm(uint64_t handle, IpcBlob* out) override {
+    std::lock_guard lock(mu_);
+    if (!physical_.count(handle)) __builtin_trap();
+    *out = IpcBlob{};
+    return Status::kSuccess;
+  }
+  Status ipc_open_mem(const IpcBlob&, uint32_t, uint64_t, uint64_t*) override { __builtin_trap(); }
+  Status ipc_close_mem(uint64_t) override { __builtin_trap(); }
+  Status ipc_open_event(uint32_t, uint32_t, const IpcBlob&) override { __builtin_trap(); }
+  Status ipc_import_vmm(const IpcBlob&, uint32_t, uint64_t, uint64_t*) override { __builtin_trap(); }
   // Virtual memory: the worker's VmmTable must pass on only what keeps the
   // backend's books consistent (ranges it reserved, handles it made, whole
   // mappings, nothing mapped twice).
@@ -360,9 +388,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Region& r = region();
   const Layout& l = r.layout();
   static CheckingBackend backend(r);
+  static const std::unique_ptr<IpcTable> ipc = IpcTable::create(nullptr);
   static Worker w(r, backend, [] {
     WorkerOptions o;
     o.quiet = true;
+    o.ipc = ipc.get();
     return o;
   }());
   static uint64_t session = 0;
