@@ -852,25 +852,38 @@ void slow_then_record(Pair& p, const SlowRound& r, uint32_t words, uint32_t valu
   ASSERT_EQ(p.a().event_record(e, s), Status::kSuccess);
 }
 
+// A's interprocess event, opened by B; a stream each; B's view of A's buffer.
+struct SharedRound {
+  SlowRound r;
+  Event e, eb;
+  Stream sa, sb;
+  uint64_t y = 0;  // r.x, opened by B
+};
+
+SharedRound shared_setup(Pair& p, uint32_t words) {
+  SharedRound m;
+  m.r = slow_setup(p, words);
+  EXPECT_EQ(p.a().event_create(&m.e, kIpcEventFlags), Status::kSuccess);
+  Client::IpcToken te;
+  EXPECT_EQ(p.a().ipc_export_event(m.e, &te), Status::kSuccess);
+  EXPECT_EQ(p.a().stream_create(&m.sa), Status::kSuccess);
+  EXPECT_EQ(p.b().stream_create(&m.sb), Status::kSuccess);
+  EXPECT_EQ(p.b().ipc_open_event(te, &m.eb), Status::kSuccess);
+  uint64_t size = 0;
+  uint32_t dev = 0;
+  EXPECT_EQ(p.b().ipc_open_mem(m.r.t, &m.y, &size, &dev), Status::kSuccess);
+  return m;
+}
+
 // A records after a slow kernel; B, told only afterwards (this thread), waits
 // on its own stream and copies: it sees the kernel's result. Its queries say
 // not ready while the kernel runs.
 TEST(IpcEvents, AWaitInTheOtherSessionFollowsTheRecord) {
   Pair p;
   constexpr uint32_t kWords = 256;
-  const SlowRound r = slow_setup(p, kWords);
-  Event e;
-  ASSERT_EQ(p.a().event_create(&e, kIpcEventFlags), Status::kSuccess);
-  Client::IpcToken te;
-  ASSERT_EQ(p.a().ipc_export_event(e, &te), Status::kSuccess);
-  Stream sa, sb;
-  ASSERT_EQ(p.a().stream_create(&sa), Status::kSuccess);
-  ASSERT_EQ(p.b().stream_create(&sb), Status::kSuccess);
-  Event eb;
-  ASSERT_EQ(p.b().ipc_open_event(te, &eb), Status::kSuccess);
-  uint64_t y = 0, size = 0;
-  uint32_t dev = 0;
-  ASSERT_EQ(p.b().ipc_open_mem(r.t, &y, &size, &dev), Status::kSuccess);
+  const SharedRound m = shared_setup(p, kWords);
+  ASSERT_FALSE(HasFailure());
+  const auto& [r, e, eb, sa, sb, y] = m;
   for (uint32_t round = 1; round <= 3; ++round) {
     slow_then_record(p, r, kWords, 1000 + round, 250000, sa, e);
     EXPECT_EQ(p.b().event_query(eb), Status::kNotReady) << "round " << round << ": the kernel runs for 250 ms";
@@ -887,18 +900,9 @@ TEST(IpcEvents, AWaitInTheOtherSessionFollowsTheRecord) {
 TEST(IpcEvents, SynchronizeInTheOtherSessionReturnsAfterTheRecordCompletes) {
   Pair p;
   constexpr uint32_t kWords = 64;
-  const SlowRound r = slow_setup(p, kWords);
-  Event e;
-  ASSERT_EQ(p.a().event_create(&e, kIpcEventFlags), Status::kSuccess);
-  Client::IpcToken te;
-  ASSERT_EQ(p.a().ipc_export_event(e, &te), Status::kSuccess);
-  Stream sa;
-  ASSERT_EQ(p.a().stream_create(&sa), Status::kSuccess);
-  Event eb;
-  ASSERT_EQ(p.b().ipc_open_event(te, &eb), Status::kSuccess);
-  uint64_t y = 0, size = 0;
-  uint32_t dev = 0;
-  ASSERT_EQ(p.b().ipc_open_mem(r.t, &y, &size, &dev), Status::kSuccess);
+  const SharedRound m = shared_setup(p, kWords);
+  ASSERT_FALSE(HasFailure());
+  const auto& [r, e, eb, sa, sb, y] = m;
   for (uint32_t round = 1; round <= 2; ++round) {
     const auto t0 = Clock::now();
     slow_then_record(p, r, kWords, 50 + round, 200000, sa, e);
@@ -959,19 +963,8 @@ int stale_rounds(bool ordered, int rounds) {
   o.chaos_max_hold_us = 2000;
   Pair p(o, ClientOptions{.ordered = ordered});
   constexpr uint32_t kWords = 16;
-  const SlowRound r = slow_setup(p, kWords);
-  Event e;
-  EXPECT_EQ(p.a().event_create(&e, kIpcEventFlags), Status::kSuccess);
-  Client::IpcToken te;
-  EXPECT_EQ(p.a().ipc_export_event(e, &te), Status::kSuccess);
-  Stream sa, sb;
-  EXPECT_EQ(p.a().stream_create(&sa), Status::kSuccess);
-  EXPECT_EQ(p.b().stream_create(&sb), Status::kSuccess);
-  Event eb;
-  EXPECT_EQ(p.b().ipc_open_event(te, &eb), Status::kSuccess);
-  uint64_t y = 0, size = 0;
-  uint32_t dev = 0;
-  EXPECT_EQ(p.b().ipc_open_mem(r.t, &y, &size, &dev), Status::kSuccess);
+  const SharedRound m = shared_setup(p, kWords);
+  const auto& [r, e, eb, sa, sb, y] = m;
   int stale = 0;
   for (int round = 1; round <= rounds; ++round) {
     slow_then_record(p, r, kWords, uint32_t(round), 5000, sa, e);
