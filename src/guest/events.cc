@@ -98,12 +98,13 @@ Status Events::ipc_op(Stream s, const Entry& call, EventState* ev) {
   Status st = streams_.stream_op(s, call, ev, &placed);
   // Without ordering (tests that must see violations) nothing waits.
   if (!ok(st) || !edges_.ordered() || !placed.pos) return st;
-  // Not behind a host function of this process that has not returned: it
-  // may be waiting for this very thread (natively the call returns at once).
-  // Then the call is ordered for other processes only once it returned.
+  // Not while a host function of this process has not returned: the entry
+  // may be held behind it (on its ring, or through an edge into that ring),
+  // and it may be waiting for this very thread (natively the call returns at
+  // once). Then the call is ordered for other processes only once it returned.
   ThreadState& t = threads_.current();
   const Status w = session_.wait_worker(session_.region().ring(placed.ring).head, placed.pos,
-                                        &session_.host_functions_pending(placed.ring));
+                                        &session_.host_functions_pending());
   if (!ok(w) && w != Status::kNotReady) return threads_.finish(t, w);
   return st;
 }

@@ -54,8 +54,8 @@ Status HostFunctions::host_func(Stream s, std::function<void()> fn) {
     slot = free_.back();
     free_.pop_back();
     ticket = ++tickets_[slot];
-    pending_.push_back({b.g->index, slot, ticket, std::move(fn), verdict});
-    session_.host_functions_pending(b.g->index).fetch_add(1, std::memory_order_acq_rel);
+    pending_.push_back({slot, ticket, std::move(fn), verdict});
+    session_.host_functions_pending().fetch_add(1, std::memory_order_acq_rel);
   }
   work_cv_.notify_one();
   Entry e = make_entry<Op::HostFunc>(
@@ -114,7 +114,7 @@ void HostFunctions::run() {
     }
     session_.host_function_ran();
     words_[p.slot].done.store(p.ticket, std::memory_order_release);
-    session_.host_functions_pending(p.ring).fetch_sub(1, std::memory_order_acq_rel);
+    session_.host_functions_pending().fetch_sub(1, std::memory_order_acq_rel);
     // Rung like a publish: a sleeping worker would otherwise hold the stream's
     // next work, and the legacy stream's, for up to its max_sleep.
     session_.notify_worker();

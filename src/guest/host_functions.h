@@ -42,7 +42,6 @@ class HostFunctions {
   // then never runs: the function waits for its caller's verdict.
   enum Verdict : int { kUndecided, kRun, kSkip };
   struct Pending {
-    uint32_t ring;  // its stream's (Session::host_functions_pending)
     uint32_t slot;
     uint64_t ticket;
     std::function<void()> fn;

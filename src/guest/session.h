@@ -75,9 +75,9 @@ class Session {
   // to the waiting thread too (ARCHITECTURE.md, "Host functions").
   void host_function_ran() { host_functions_ran_.fetch_add(1, std::memory_order_release); }
   void see_host_functions() const { host_functions_ran_.load(std::memory_order_acquire); }
-  // Host functions issued on ring r that have not returned: the ring holds
-  // the entries behind one until it did.
-  std::atomic<uint32_t>& host_functions_pending(uint32_t r) { return host_functions_pending_[r]; }
+  // Host functions issued that have not returned: a ring holds the entries
+  // behind one until it did, and other rings' entries with edges to those.
+  std::atomic<uint32_t>& host_functions_pending() { return host_functions_pending_; }
 
  private:
   bool worker_alive() const;
@@ -91,7 +91,7 @@ class Session {
   const uint32_t device_count_;    // the worker's word, checked at attach
   std::atomic<bool> lost_{false};
   std::atomic<uint64_t> host_functions_ran_{0};
-  std::array<std::atomic<uint32_t>, kMaxRings> host_functions_pending_{};
+  std::atomic<uint32_t> host_functions_pending_{0};
   std::thread heartbeat_;
   std::mutex beat_mu_;
   std::condition_variable beat_cv_;

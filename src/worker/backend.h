@@ -180,6 +180,10 @@ class Backend {
   virtual Status ipc_open_event(uint32_t /*event*/, uint32_t /*device*/, const IpcBlob& /*blob*/) {
     return Status::kNotSupported;
   }
+  // The session ends: waits of its streams (and notifications) on records
+  // another process made stop waiting, so that its work drains even where
+  // that process never completes them (it died, or its kernel spins).
+  virtual void ipc_abandon() {}
   // Physical memory of vmm_create (cuMemExportToShareableHandle); importing
   // it gives a handle of this backend's for the same memory, released by
   // vmm_release as its own.

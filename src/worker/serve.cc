@@ -287,15 +287,17 @@ int serve(CommandLine& c, char** argv) {
     if (!p.bell) std::fprintf(stderr, "ordo-worker: %s; idle sleeps will poll instead\n", p.err.c_str());
   }
   if (!c.ivshmem_socket.empty() && !p.join_ivshmem_server()) return 1;
+  // A lone worker's own table: one guest process has nobody to share with,
+  // but its exports still succeed as CUDA's do. What this part's previous
+  // process exported goes at once, not when its next guest comes.
+  std::unique_ptr<IpcTable> ipc = c.ipc_fd >= 0 ? IpcTable::attach(c.ipc_fd, &p.err) : IpcTable::create(&p.err);
+  if (!ipc) std::fprintf(stderr, "ordo-worker: %s; cudaIpc* calls will answer not supported\n", p.err.c_str());
+  if (ipc) ipc->revoke_all(p.index);
+  c.opt.ipc = ipc.get();
+  c.opt.partition = p.index;
   if (p.lazy) {
     if (int rc = p.wait_for_first_guest(); rc >= 0) return rc;
   }
-  // A lone worker's own table: one guest process has nobody to share with,
-  // but its exports still succeed as CUDA's do.
-  std::unique_ptr<IpcTable> ipc = c.ipc_fd >= 0 ? IpcTable::attach(c.ipc_fd, &p.err) : IpcTable::create(&p.err);
-  if (!ipc) std::fprintf(stderr, "ordo-worker: %s; cudaIpc* calls will answer not supported\n", p.err.c_str());
-  c.opt.ipc = ipc.get();
-  c.opt.partition = p.index;
   Worker worker(*p.region, *p.backend, c.opt);
   g_worker.store(&worker);
   if (g_stop_requested.load()) worker.stop();

@@ -59,6 +59,10 @@ void Worker::attach_session(uint64_t session) {
 
 void Worker::reset_session() {
   pause_lanes();  // every lane between passes until the session is gone
+  // Nobody opens this session's exports from now on, and its streams stop
+  // waiting on records other processes may never complete.
+  ipc_revoke_exports();
+  backend_.ipc_abandon();
   // Let queued device work finish before freeing what it may use.
   std::mutex mu;
   std::condition_variable cv;
@@ -100,7 +104,7 @@ void Worker::reset_session() {
     graphs_.clear();
     next_graph_ = 1;
   }
-  ipc_reset();  // before the memory it exported goes
+  ipc_close_imports();
   for (auto& [addr, size] : allocations_) backend_.free(addr);
   // Virtual memory: mappings first, so that physical memory and ranges are free to go.
   for (auto& [addr, m] : vmm_.mappings()) backend_.vmm_unmap(addr, m.size);

@@ -73,7 +73,9 @@ Worker::Worker(Region& region, Backend& backend, WorkerOptions options)
 }
 
 Worker::~Worker() {
-  // EventSynchronize callbacks still queued in the backend point at this worker.
+  // EventSynchronize callbacks still queued in the backend point at this worker
+  // (those on other processes' records are answered now).
+  backend_.ipc_abandon();
   for (uint32_t n; (n = pending_notifies_.load(std::memory_order_acquire)) != 0;) pending_notifies_.wait(n);
   backend_.set_error_sink(nullptr);
   region_.header()->worker_state.store(uint32_t(WorkerState::kStopped), std::memory_order_release);

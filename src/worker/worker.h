@@ -299,9 +299,15 @@ class Worker {
   std::map<uint64_t, IpcToken> ipc_exported_mem_;
   std::map<uint32_t, IpcToken> ipc_exported_events_;
   std::map<uint64_t, IpcToken> ipc_exported_vmm_;  // by backend handle: gone with the physical memory
-  void ipc_vmm_gone(uint64_t backend_handle);
+  // Whether the backend must keep physical memory the session let go, because
+  // it was exported: a descriptor keeps its memory alive (released at the
+  // session's end, ipc_close_imports).
+  bool ipc_vmm_kept(uint64_t backend_handle);
+  std::vector<uint64_t> ipc_kept_vmm_;
+  std::atomic<uint32_t> ipc_closing_{0};  // IpcCloseMem calls posted to side_ and not yet done
   std::map<uint64_t, IpcImport> ipc_imports_;
-  void ipc_reset();
+  void ipc_revoke_exports();  // the session's end: first
+  void ipc_close_imports();   // then, once its work drained
   // Device variables of this guest's modules: address -> (size, module). Copies
   // may target them; Free may not.
   std::map<uint64_t, std::pair<uint64_t, uint32_t>> globals_;

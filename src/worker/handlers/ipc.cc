@@ -94,6 +94,9 @@ void Worker::op_IpcOpenMem(const SlotCall& c) {
   IpcExport x;
   if (Status st = find_export(*opt_.ipc, opt_.partition, t, IpcKind::kMemory, &x); !ok(st)) return reply(c, st);
   if (x.device >= devices_) return reply(c, Status::kInvalidDevice);
+  // A last close of the same export may still be on its way to the backend,
+  // which could hand back the address it is about to unmap.
+  if (ipc_closing_ > 0) side_.drain();
   const uint32_t dev = uint32_t(a.device), peer = x.device;
   if (Status st = reach(dev, peer); !ok(st)) return reply(c, st);
   uint64_t addr = 0;
@@ -115,7 +118,12 @@ void Worker::op_IpcCloseMem(const SlotCall& c) {
     ipc_imports_.erase(it);
   }
   // Off the dispatch threads, as cudaFree: the driver may wait for the device.
-  side_.post([this, addr = a.addr, done = deferred_result(c.slot, c.seq)] { done(backend_.ipc_close_mem(addr), 0); });
+  ++ipc_closing_;
+  side_.post([this, addr = a.addr, done = deferred_result(c.slot, c.seq)] {
+    const Status st = backend_.ipc_close_mem(addr);
+    --ipc_closing_;
+    done(st, 0);
+  });
 }
 
 void Worker::op_IpcOpenEvent(const SlotCall& c) {
@@ -144,22 +152,27 @@ void Worker::op_IpcOpenVmm(const SlotCall& c) {
   if (x.device >= devices_) return reply(c, Status::kInvalidDevice);
   uint64_t backend_handle = 0;
   if (Status st = backend_.ipc_import_vmm(x.blob, x.device, x.size, &backend_handle); !ok(st)) return reply(c, st);
+  // Still exported after the import: what the backend took by the
+  // exporter's descriptor number was that export (an exporter takes its
+  // export back before it closes the descriptor, which may then be reused).
+  if (IpcExport again; !ok(opt_.ipc->find({a.token, a.secret}, &again))) {
+    backend_.vmm_release(backend_handle);
+    return reply(c, Status::kInvalidResourceHandle);
+  }
   const auto lock = write_memory();
   const uint64_t h = vmm_.add_physical({.backend_handle = backend_handle, .device = x.device, .size = x.size});
   reply(c, Status::kSuccess, h, x.size | uint64_t(x.device) << 56);
 }
 
-// Physical memory the backend let go: nobody opens its export any more.
-void Worker::ipc_vmm_gone(uint64_t backend_handle) {
-  auto e = ipc_exported_vmm_.find(backend_handle);
-  if (e == ipc_exported_vmm_.end()) return;
-  opt_.ipc->revoke(e->second, opt_.partition);
-  ipc_exported_vmm_.erase(e);
+bool Worker::ipc_vmm_kept(uint64_t backend_handle) {
+  if (!ipc_exported_vmm_.count(backend_handle)) return false;
+  ipc_kept_vmm_.push_back(backend_handle);  // still exported: others may import it
+  return true;
 }
 
 // The session ended: its exports go (processes that opened them keep what
-// they opened), and so does what it opened.
-void Worker::ipc_reset() {
+// they opened), before anything else of it does.
+void Worker::ipc_revoke_exports() {
   if (opt_.ipc) {
     for (auto& [addr, t] : ipc_exported_mem_) opt_.ipc->revoke(t, opt_.partition);
     for (auto& [idx, t] : ipc_exported_events_) opt_.ipc->revoke(t, opt_.partition);
@@ -168,8 +181,14 @@ void Worker::ipc_reset() {
   ipc_exported_mem_.clear();
   ipc_exported_events_.clear();
   ipc_exported_vmm_.clear();
+}
+
+// And once its work drained, what it opened, and the exported memory it let go.
+void Worker::ipc_close_imports() {
   for (auto& [addr, imp] : ipc_imports_) backend_.ipc_close_mem(addr);
   ipc_imports_.clear();
+  for (uint64_t h : ipc_kept_vmm_) backend_.vmm_release(h);
+  ipc_kept_vmm_.clear();
 }
 
 }  // namespace ordo

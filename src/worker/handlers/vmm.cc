@@ -54,8 +54,7 @@ void Worker::op_VmmRelease(const SlotCall& c) {
     if (Status st = vmm_.release(a.handle, &gone, &backend_handle); !ok(st)) return reply(c, st);
   }
   // Still mapped: the memory goes with its last mapping (op_VmmUnmap).
-  if (gone) ipc_vmm_gone(backend_handle);
-  reply(c, gone ? backend_.vmm_release(backend_handle) : Status::kSuccess);
+  reply(c, gone && !ipc_vmm_kept(backend_handle) ? backend_.vmm_release(backend_handle) : Status::kSuccess);
 }
 
 void Worker::op_VmmMap(const SlotCall& c) {
@@ -82,10 +81,9 @@ void Worker::op_VmmUnmap(const SlotCall& c) {
   // driver's own wait is for nothing of this session's a correct program
   // still runs; the sim never waits, and what a guest let run on writes scratch.
   Status st = backend_.vmm_unmap(a.addr, a.size);
-  for (uint64_t h : gone) {
-    ipc_vmm_gone(h);
-    if (Status r = backend_.vmm_release(h); ok(st)) st = r;
-  }
+  for (uint64_t h : gone)
+    if (!ipc_vmm_kept(h))
+      if (Status r = backend_.vmm_release(h); ok(st)) st = r;
   reply(c, st);
 }
 

@@ -3,10 +3,11 @@
 // guest), and the other part's worker, a process of its own on the same host,
 // opens it in its own context.
 #include <cuda_runtime_api.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 
@@ -100,8 +101,9 @@ Status CudaBackend::ipc_open_event(uint32_t event, uint32_t device, const IpcBlo
 // Physical memory goes to the other worker process as the driver's POSIX
 // descriptor. A descriptor of a device file cannot be reopened through /proc
 // (that would open the device afresh), so the importer takes a duplicate of
-// the exporter's with pidfd_getfd, which needs the exporter to allow it:
-// any process of its user may, as without Yama they all could.
+// the exporter's with pidfd_getfd, which Yama's ptrace_scope 1 (Debian's
+// default) allows only to CAP_SYS_PTRACE; ordo does not widen it for the
+// workers. Without it the import answers 801 and says why once.
 Status CudaBackend::ipc_export_vmm(uint64_t handle, IpcBlob* out) {
   if (!drv_.mem_export) return Status::kNotSupported;
   std::lock_guard lk(mu_);
@@ -113,8 +115,6 @@ Status CudaBackend::ipc_export_vmm(uint64_t handle, IpcBlob* out) {
     if (CUresult r = drv_.mem_export(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0); r != CUDA_SUCCESS)
       return to_status(r);
     vmm_exported_fds_[handle] = fd;
-    static const bool allowed = ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) == 0 || errno == EINVAL;  // EINVAL: no Yama
-    (void)allowed;
   }
   *out = IpcBlob{};
   out->words[0] = uint64_t(::getpid());
@@ -131,8 +131,11 @@ Status CudaBackend::ipc_import_vmm(const IpcBlob& blob, uint32_t device, uint64_
   const int err = errno;
   ::close(pidfd);
   if (fd < 0) {
-    log("cannot take the exporting worker's memory descriptor (pidfd_getfd: %s); cuMemImportFromShareableHandle "
-        "fails", std::strerror(err));
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      log("cannot take the exporting worker's memory descriptor (pidfd_getfd: %s; Yama's ptrace_scope 0, or "
+          "CAP_SYS_PTRACE for ordo-worker, allows it): cuMemImportFromShareableHandle answers not supported",
+          std::strerror(err));
     return Status::kNotSupported;
   }
   bind(device);

@@ -131,6 +131,7 @@ class Device final : public Backend {
   Status ipc_open_event(uint32_t event, uint32_t device, const IpcBlob& blob) override;
   Status ipc_export_vmm(uint64_t handle, IpcBlob* out) override;
   Status ipc_import_vmm(const IpcBlob& blob, uint32_t device, uint64_t size, uint64_t* handle) override;
+  void ipc_abandon() override;
 
   Status free(uint64_t device_addr) override;
 
@@ -263,12 +264,14 @@ class Device final : public Backend {
     std::shared_ptr<IpcEventCell> cell;
     uint64_t n;
     std::function<void()> fn;
+    uint64_t epoch;  // ipc_epoch_ when made
   };
   std::mutex ipc_mu_;
   std::condition_variable ipc_cv_;
   std::vector<IpcWatch> ipc_watches_;  // guarded by ipc_mu_
   std::thread ipc_thread_;             // started with the first watch
   std::atomic<bool> ipc_stopping_{false};
+  std::atomic<uint64_t> ipc_epoch_{0};  // ipc_abandon: waits made before give up
 
   const uint32_t devices_;
   cpu_set_t cpus_;  // the constructing thread's CPUs: every stream thread's

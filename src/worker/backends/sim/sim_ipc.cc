@@ -5,6 +5,7 @@
 // opens the exporter's descriptor through /proc and checks the inode before it
 // maps it, so a descriptor number reused meanwhile is refused.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -92,6 +93,11 @@ bool HostBlock::adopt(int fd, uint64_t size) {
   mapped_ = true;
   fd_ = fd;
   return true;
+}
+
+bool IpcEventCell::orphaned(uint64_t n) const {
+  const uint64_t pid = shared->recorder[n % kSlots].load(std::memory_order_acquire);
+  return pid != 0 && pid <= uint64_t(INT32_MAX) && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
 }
 
 IpcEventCell::~IpcEventCell() {
@@ -208,6 +214,7 @@ Status Device::ipc_record_locked(Stream& s, const std::shared_ptr<IpcEventCell>&
   // Numbered when dispatched: a wait dispatched after this, in any process,
   // waits for this record (the guest made both dispatches follow the calls).
   const uint64_t n = cell->shared->recorded.fetch_add(1, std::memory_order_acq_rel) + 1;
+  cell->shared->recorder[n % IpcEventCell::kSlots].store(uint64_t(::getpid()), std::memory_order_release);
   push_locked(s, Op{OpTag{}, HostOp{[cell, n] {
     std::atomic<uint64_t>& slot = cell->shared->done[n % IpcEventCell::kSlots];
     for (uint64_t v = slot.load(); v < n && !slot.compare_exchange_weak(v, n);) {
@@ -220,17 +227,21 @@ Status Device::ipc_wait_locked(Stream& s, const std::shared_ptr<IpcEventCell>& c
   const uint64_t n = cell->shared->recorded.load(std::memory_order_acquire);
   if (cell->done(n)) return Status::kSuccess;
   // The stream waits as it waits for another stream of this process, but on
-  // memory another process writes: it polls.
-  push_locked(s, Op{OpTag{}, HostOp{[this, cell, n] {
-    while (!cell->done(n) && !ipc_stopping_.load(std::memory_order_relaxed))
+  // memory another process writes: it polls, until the record completes, its
+  // recorder is gone, or this session ends (ipc_abandon).
+  push_locked(s, Op{OpTag{}, HostOp{[this, cell, n, epoch = ipc_epoch_.load()] {
+    for (uint32_t i = 1; !cell->done(n); ++i) {
+      if (ipc_stopping_.load(std::memory_order_relaxed) || ipc_epoch_.load(std::memory_order_relaxed) != epoch) return;
+      if (i % 256 == 0 && cell->orphaned(n)) return;
       std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
   }}});
   return Status::kSuccess;
 }
 
 void Device::ipc_notify(std::shared_ptr<IpcEventCell> cell, uint64_t n, std::function<void()> fn) {
   std::lock_guard lk(ipc_mu_);
-  ipc_watches_.push_back({std::move(cell), n, std::move(fn)});
+  ipc_watches_.push_back({std::move(cell), n, std::move(fn), ipc_epoch_.load()});
   if (!ipc_thread_.joinable()) {
     ipc_thread_ = std::thread([this] {
       std::unique_lock lk(ipc_mu_);
@@ -240,8 +251,9 @@ void Device::ipc_notify(std::shared_ptr<IpcEventCell> cell, uint64_t n, std::fun
           continue;
         }
         std::vector<std::function<void()>> ready;
+        const uint64_t epoch = ipc_epoch_.load();
         std::erase_if(ipc_watches_, [&](IpcWatch& w) {
-          if (!w.cell->done(w.n)) return false;
+          if (!w.cell->done(w.n) && w.epoch == epoch && !w.cell->orphaned(w.n)) return false;
           ready.push_back(std::move(w.fn));
           return true;
         });
@@ -256,6 +268,14 @@ void Device::ipc_notify(std::shared_ptr<IpcEventCell> cell, uint64_t n, std::fun
     });
   }
   ipc_cv_.notify_one();
+}
+
+void Device::ipc_abandon() {
+  {
+    std::lock_guard lk(ipc_mu_);
+    ipc_epoch_.fetch_add(1);
+  }
+  ipc_cv_.notify_all();
 }
 
 void Device::ipc_stop() {

@@ -171,6 +171,7 @@ struct IpcEventCell {
   struct Shared {
     std::atomic<uint64_t> recorded;  // records issued, by every process
     std::atomic<uint64_t> done[kSlots];
+    std::atomic<uint64_t> recorder[kSlots];  // the worker process that issued the slot's record
   };
   int fd = -1;
   Shared* shared = nullptr;
@@ -182,6 +183,8 @@ struct IpcEventCell {
   // that re-records an event 64 times while a wait on it is pending elsewhere
   // releases that wait early (docs/CUDA.md, IPC).
   bool done(uint64_t n) const { return n == 0 || shared->done[n % kSlots].load(std::memory_order_acquire) >= n; }
+  // Record n can never complete: the worker process that issued it is gone.
+  bool orphaned(uint64_t n) const;
 };
 
 struct Event {
