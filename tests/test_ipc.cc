@@ -953,6 +953,27 @@ TEST(IpcEvents, DestroyRevokesTheExportButNotWhatWasOpened) {
   EXPECT_EQ(p.clients[2]->event_destroy(ec), Status::kSuccess);
 }
 
+// B's stream waits on A's record behind a long kernel when B's process ends:
+// B's session resets (and its part takes the next guest) without waiting for
+// A's kernel, as a killed process frees its part natively. It used to wait
+// until the record completed, forever where it never does.
+TEST(IpcEvents, AnEndedSessionDoesNotWaitForAnotherProcesssRecord) {
+  Pair p;
+  constexpr uint32_t kWords = 16;
+  const SharedRound m = shared_setup(p, kWords);
+  ASSERT_FALSE(HasFailure());
+  slow_then_record(p, m.r, kWords, 7, 4000000, m.sa, m.e);  // 4 s
+  ASSERT_EQ(p.b().stream_wait_event(m.sb, m.eb), Status::kSuccess);
+  uint32_t v = 0;
+  ASSERT_EQ(p.b().memcpy_h2d_async(m.y, &v, 4, m.sb), Status::kSuccess);
+  const auto t0 = Clock::now();
+  p.clients[1].reset();
+  p.clients[1] = p.workers[1]->attach();
+  EXPECT_LT(Clock::now() - t0, 2s) << "B's reset waited for A's kernel";
+  EXPECT_EQ(p.b().device_synchronize(), Status::kSuccess);
+  EXPECT_EQ(p.a().event_query(m.e), Status::kNotReady) << "A's kernel still runs";
+}
+
 // Rounds of A's slow kernel + record against B's wait + copy, under chaos
 // (each worker holds entries a random while). `ordered`: both workers and
 // clients keep the rules. Returns the rounds in which B read stale bytes.
