@@ -13,7 +13,18 @@ void Worker::op_IpcExport(const SlotCall& c) {
   const auto a = decode<Op::IpcExport>(c.e.arg);
   if (!opt_.ipc || !backend_.supports_ipc()) return reply(c, Status::kNotSupported);
   IpcExport x{.kind = IpcKind(a.kind), .partition = opt_.partition};
-  IpcToken* known = nullptr;
+  IpcToken token;
+  // Once per object: exported again, it gives the same token.
+  auto once = [&](auto& exports, auto key, auto&& backend_export) -> Status {
+    if (auto e = exports.find(key); e != exports.end()) {
+      token = e->second;
+      return Status::kSuccess;
+    }
+    if (Status st = backend_export(); !ok(st)) return st;
+    if (Status st = opt_.ipc->publish(x, &token); !ok(st)) return st;
+    exports[key] = token;
+    return Status::kSuccess;
+  };
   Status st;
   if (x.kind == IpcKind::kMemory) {
     // The allocation that holds the address: CUDA exports it whole.
@@ -21,39 +32,25 @@ void Worker::op_IpcExport(const SlotCall& c) {
     if (it == allocations_.begin() || a.handle - std::prev(it)->first >= std::prev(it)->second)
       return reply(c, Status::kInvalidValue);
     --it;
-    if (auto e = ipc_exported_mem_.find(it->first); e != ipc_exported_mem_.end()) known = &e->second;
     x.size = it->second;
-    if (!known) st = backend_.ipc_export_mem(it->first, &x.blob, &x.device);
-    if (!known && ok(st)) {
-      IpcToken t;
-      if (st = opt_.ipc->publish(x, &t); ok(st)) known = &(ipc_exported_mem_[it->first] = t);
-    }
+    st = once(ipc_exported_mem_, it->first, [&] { return backend_.ipc_export_mem(it->first, &x.blob, &x.device); });
   } else if (x.kind == IpcKind::kVmm) {
     const VmmTable::Physical* p = vmm_.physical(a.handle);
     if (!p) return reply(c, Status::kInvalidValue);
-    if (auto e = ipc_exported_vmm_.find(p->backend_handle); e != ipc_exported_vmm_.end()) known = &e->second;
     x.device = p->device;
     x.size = p->size;
-    if (!known) st = backend_.ipc_export_vmm(p->backend_handle, &x.blob);
-    if (!known && ok(st)) {
-      IpcToken t;
-      if (st = opt_.ipc->publish(x, &t); ok(st)) known = &(ipc_exported_vmm_[p->backend_handle] = t);
-    }
+    st = once(ipc_exported_vmm_, p->backend_handle, [&] { return backend_.ipc_export_vmm(p->backend_handle, &x.blob); });
   } else {
     std::lock_guard lock(events_mu_);
     uint32_t idx;
     if (st = events_.find(a.handle, &idx); !ok(st)) return reply(c, st);
     if (!(events_.flags(idx) & kEventInterprocess)) return reply(c, Status::kInvalidResourceHandle);
-    if (auto e = ipc_exported_events_.find(idx); e != ipc_exported_events_.end()) known = &e->second;
     x.device = events_.device(idx);
-    if (!known) st = backend_.ipc_export_event(events_.backend_of(idx, 0), &x.blob);
-    if (!known && ok(st)) {
-      IpcToken t;
-      if (st = opt_.ipc->publish(x, &t); ok(st)) known = &(ipc_exported_events_[idx] = t);
-    }
+    st = once(ipc_exported_events_, idx,
+              [&] { return backend_.ipc_export_event(events_.backend_of(idx, 0), &x.blob); });
   }
-  if (!known) return reply(c, st);
-  reply(c, Status::kSuccess, known->word, known->secret);
+  if (!ok(st)) return reply(c, st);
+  reply(c, Status::kSuccess, token.word, token.secret);
 }
 
 namespace {
