@@ -197,6 +197,9 @@ class Client {
   Status graph_create(const void* steps, uint64_t size, uint32_t* graph);
   Status graph_launch(uint32_t graph, Stream s);
   Status graph_destroy(uint32_t graph);
+  // A conditional handle for a graph's kHandle step (cuGraphConditionalHandleCreate):
+  // kNotSupported where the worker's backend cannot run conditional nodes.
+  Status graph_cond_handle(uint32_t device, uint64_t* handle);
 
   // Host functions (cudaLaunchHostFunc): returns at once; `fn` runs on the
   // client's host-function thread once the stream's earlier work completed,

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ordo/device_info.h"
@@ -68,6 +69,16 @@ class KernelContext {
   // A process-wide counter that orders kernel events across all streams.
   virtual uint64_t tick() const;
 
+  // cudaGraphSetConditional: sets the conditional value behind `handle` for
+  // the graph launch this kernel runs in. A handle of no conditional node of
+  // that launch (or a kernel outside a graph) fails the launch, as the device
+  // would fault.
+  virtual void set_conditional(uint64_t handle, uint32_t value) const;
+
+  // The running graph launch's conditional values (the backend's, not a kernel's to call).
+  using Conditions = std::vector<std::pair<uint64_t, uint32_t>>;
+  void bind_conditions(Conditions* c) { conditions_ = c; }
+
  private:
   virtual void* translate(uint64_t device_addr, uint64_t bytes) const;
   Device& dev_;
@@ -75,6 +86,7 @@ class KernelContext {
   std::span<const std::byte> args_;
   uint32_t device_;  // the launching stream's
   mutable std::vector<std::shared_ptr<const void>> pins_;  // allocations translated so far
+  Conditions* conditions_ = nullptr;
 };
 
 using Kernel = void (*)(KernelContext&);
@@ -92,5 +104,10 @@ struct AddU64Args { uint64_t counter; uint64_t value; };
 struct Stamp { uint64_t start; uint64_t end; };
 struct StampArgs { uint64_t stamps; uint32_t index; uint32_t sleep_us; };
 struct VecAddArgs { uint64_t a; uint64_t b; uint64_t c; uint64_t n; };
+// ordo_set_conditional: sets `handle` to the uint32 at device address `value`.
+struct SetConditionalArgs { uint64_t handle; uint64_t value; };
+// ordo_cond_countdown: decrements the uint64 at `counter` and sets `handle` to
+// whether it is still nonzero (a WHILE node's body that runs `counter` times).
+struct CondCountdownArgs { uint64_t handle; uint64_t counter; };
 
 }  // namespace ordo::sim

@@ -212,6 +212,9 @@ Status Client::graph_create(const void* steps, uint64_t size, uint32_t* graph) {
 }
 Status Client::graph_launch(uint32_t graph, Stream s) { return core_->graphs.launch(graph, s); }
 Status Client::graph_destroy(uint32_t graph) { return core_->graphs.destroy(graph); }
+Status Client::graph_cond_handle(uint32_t device, uint64_t* handle) {
+  return core_->graphs.cond_handle(device, handle);
+}
 Status Client::host_func(Stream s, std::function<void()> fn) {
   return core_->host_functions.host_func(s, std::move(fn));
 }

@@ -54,4 +54,10 @@ Status Graphs::destroy(uint32_t graph) {
   return threads_.finish_own(t, threads_.call(make_entry<Op::GraphDestroy>({.graph = graph, .launches = launches})));
 }
 
+Status Graphs::cond_handle(uint32_t device, uint64_t* handle) {
+  ThreadState& t = threads_.current();
+  if (!handle) return threads_.finish_own(t, Status::kInvalidValue);
+  return threads_.finish_own(t, threads_.call(make_entry<Op::GraphCondHandle>({.device = device}), handle));
+}
+
 }  // namespace ordo::guest

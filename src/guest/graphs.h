@@ -26,6 +26,7 @@ class Graphs {
   // Answered at once; the worker frees the graph once every launch issued
   // before was dispatched.
   Status destroy(uint32_t graph);
+  Status cond_handle(uint32_t device, uint64_t* handle);
 
  private:
   Threads& threads_;

@@ -191,6 +191,10 @@ template <> struct Args<Op::GraphDestroy> {
   uint64_t graph, launches;  // launches: the GraphLaunch entries of it issued
   ORDO_ARGS(graph, launches)
 };
+template <> struct Args<Op::GraphCondHandle> {
+  uint64_t device;
+  ORDO_ARGS(device)
+};
 template <> struct Args<Op::ModuleUnload> {
   uint64_t module;
   ORDO_ARGS(module)

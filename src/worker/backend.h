@@ -28,6 +28,7 @@
 #include "ordo/device_info.h"
 #include "ordo/layout.h"
 #include "ordo/status.h"
+#include "transport/graph_steps.h"
 #include "transport/launch_shape.h"
 #include "transport/tensor_map.h"
 
@@ -190,6 +191,16 @@ class Backend {
   virtual Status ipc_export_vmm(uint64_t /*handle*/, IpcBlob* /*out*/) { return Status::kNotSupported; }
   virtual Status ipc_import_vmm(const IpcBlob& /*blob*/, uint32_t /*device*/, uint64_t /*size*/,
                                 uint64_t* /*handle*/) {
+    return Status::kNotSupported;
+  }
+  // Conditional graph nodes: a handle for a graph's kHandle step, and a graph
+  // with control flow (has_control_flow) run as one unit on `stream`, which
+  // decides each conditional when it gets there from the value a kernel set
+  // (cudaGraphSetConditional). The worker checked the steps' memory ranges;
+  // kernel ids and launch shapes are the backend's to check, as for launch().
+  virtual Status cond_handle_create(uint32_t /*device*/, uint64_t* /*handle*/) { return Status::kNotSupported; }
+  virtual Status launch_program(uint32_t /*stream*/, std::shared_ptr<const std::vector<GraphStep>> /*steps*/,
+                                const OpTag& /*tag*/) {
     return Status::kNotSupported;
   }
   // A module image (fatbin or cubin) registered by the guest, copied out of the region.

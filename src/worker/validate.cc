@@ -239,6 +239,11 @@ Status check<Op::VmmAddressFree>(const Args<Op::VmmAddressFree>& a, const Entry&
 }
 
 template <>
+Status check<Op::GraphCondHandle>(const Args<Op::GraphCondHandle>& a, const Entry&, const Layout&, std::string* why) {
+  return check_device(a.device, why);
+}
+
+template <>
 Status check<Op::VmmCreate>(const Args<Op::VmmCreate>& a, const Entry&, const Layout&, std::string* why) {
   if (Status s = check_granules(0, a.size, why, "physical allocation"); !ok(s)) return s;
   return check_device(a.device, why);

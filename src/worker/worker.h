@@ -329,6 +329,7 @@ class Worker {
   struct Graph {
     std::vector<std::byte> bytes;
     std::vector<GraphStep> steps;  // over `bytes`
+    bool control_flow = false;     // conditionals: the backend runs it whole (launch_program)
     uint64_t dispatched = 0;       // GraphLaunch entries of it dispatched (under graphs_mu_)
     uint64_t destroy_after = ~uint64_t{0};  // GraphDestroy: the launches the guest issued
   };
@@ -337,6 +338,7 @@ class Worker {
   std::map<uint32_t, std::shared_ptr<Graph>> graphs_;
   uint32_t next_graph_ = 1;
   Status run_graph_step(const RingCall& c, const GraphStep& st);
+  Status run_program(const RingCall& c, const std::shared_ptr<const Graph>& g);
   uint32_t next_module_ = 1;                  // 0 means "no module" in KernelLookup
   bool rescan_slots_ = true;    // read every slot's request.seq on the next pass
   uint32_t staged_slots_ = 0;   // slots holding a request that waits for edges

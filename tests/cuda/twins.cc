@@ -1,4 +1,4 @@
-// Host twins of the device kernels in basic.cu, seed.cu, peer.cu, unsupported.cu and launch_ex.cu, for
+// Host twins of the device kernels in basic.cu, seed.cu, peer.cu, unsupported.cu, launch_ex.cu and conditional.cu, for
 // ordo-worker --sim-kernels: registered under the kernels' mangled names, each
 // reads the packed parameter buffer through its kernels.h struct and does what
 // the device code does, over the whole grid.
@@ -68,6 +68,24 @@ void touch(KernelContext& c) {
   *c.span<int32_t>(p, 1) = 5;
 }
 
+// conditional.cu: set_value(cudaGraphConditionalHandle h, const int* p) and
+// countdown(cudaGraphConditionalHandle h, int* counter).
+struct CondArgs {
+  uint64_t handle;
+  uint64_t p;
+};
+
+void set_value(KernelContext& c) {
+  const auto a = c.args<CondArgs>();
+  c.set_conditional(a.handle, uint32_t(*c.span<int32_t>(a.p, 1)));
+}
+
+void countdown(KernelContext& c) {
+  const auto a = c.args<CondArgs>();
+  const int32_t left = --*c.span<int32_t>(a.p, 1);
+  c.set_conditional(a.handle, left > 0 ? 1 : 0);
+}
+
 }  // namespace
 
 extern "C" void ordo_sim_register(void (*reg)(const char* name, ordo::sim::Kernel fn)) {
@@ -78,4 +96,6 @@ extern "C" void ordo_sim_register(void (*reg)(const char* name, ordo::sim::Kerne
   reg("_Z5mixedcds4PairPx", mixed);
   reg("_Z9slow_copyPKiPiij", slow_copy);
   reg("_Z5touchPi", touch);
+  reg("_Z9set_valueyPKi", set_value);
+  reg("_Z9countdownyPi", countdown);
 }

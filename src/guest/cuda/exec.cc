@@ -5,7 +5,9 @@
 #include "graph.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
+#include <mutex>
 
 #include "forwarded.h"
 #include "module.h"
@@ -38,6 +40,11 @@ struct GraphExec {
   std::vector<ExecStep> steps;
   std::vector<PlanItem> plan;
   bool planned = false;  // false: (re)made by the next launch (instantiate, updates, enable)
+  // Conditional nodes: the graph's handles, and whether the worker took the
+  // whole exec as one program (a conditional cannot be replayed by the guest).
+  std::vector<HandleStep> handles;
+  bool conditional = false;
+  bool plan_failed = false;
   unsigned long long flags = 0;
   // Launches of one exec run one after another, on any streams: each launch
   // records `done`, and a launch on another stream than the last waits for it.
@@ -154,6 +161,11 @@ CUresult instantiate(CUgraphExec* out, CUgraph h, unsigned long long flags, CUgr
     if (!g) return CUDA_ERROR_INVALID_VALUE;
     if (!flatten(*g, nullptr, &x->steps)) return CUDA_ERROR_INVALID_VALUE;  // a cycle
     if (!frees_follow_allocs(x->steps)) return CUDA_ERROR_INVALID_VALUE;
+    if (has_conditional_nodes(*g)) {
+      if (CUresult e = check_conditionals(*g); e != CUDA_SUCCESS) return e;
+      x->conditional = true;
+      x->handles = conditional_handles(*g);
+    }
     x->id = next_graph_id();
     // The graph's user objects, its child graphs' too: the exec outlives them.
     auto hold = [&x](const Graph& graph, auto& self) -> void {
@@ -170,8 +182,9 @@ CUresult instantiate(CUgraphExec* out, CUgraph h, unsigned long long flags, CUgr
   if (CUresult e = cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING); e != CUDA_SUCCESS) return e;
   std::lock_guard lock(graph_mutex());
   Graph* g = graph_of(h);
-  // A graph with memory nodes has one exec at a time: its allocations are the exec's.
-  if (!g || (g->live_execs && has_memory_nodes(*g))) {
+  // A graph with memory nodes has one exec at a time: its allocations are the
+  // exec's. So has one with conditional nodes (CUDA's rule).
+  if (!g || (g->live_execs && (has_memory_nodes(*g) || x->conditional))) {
     cuEventDestroy_v2(x->done);
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -198,6 +211,8 @@ CUgraphExecUpdateResult same_shape(const std::vector<ExecStep>& a, const std::ve
     // Memory nodes keep their allocation: another graph's cannot take their place.
     if (a[i].work.alloc != b[i].work.alloc || a[i].work.free != b[i].work.free)
       return CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED;
+    if (a[i].work.type == CU_GRAPH_NODE_TYPE_CONDITIONAL && !same_bodies(a[i].work, b[i].work))
+      return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
   }
   return CU_GRAPH_EXEC_UPDATE_SUCCESS;
 }
@@ -211,6 +226,8 @@ CUresult exec_update(CUgraphExec hx, CUgraph h, CUgraphNode* err_node, CUgraphEx
   size_t at = 0;
   CUgraphExecUpdateResult r = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
   if (flatten(*g, nullptr, &steps)) r = same_shape(x->steps, steps, &at);
+  if (r == CU_GRAPH_EXEC_UPDATE_SUCCESS && x->conditional && check_conditionals(*g) != CUDA_SUCCESS)
+    r = CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED;
   if (result) *result = r;
   if (r != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
     if (err_node) *err_node = at < steps.size() ? reinterpret_cast<CUgraphNode>(const_cast<GraphNode*>(steps[at].report)) : nullptr;
@@ -221,6 +238,7 @@ CUresult exec_update(CUgraphExec hx, CUgraph h, CUgraphNode* err_node, CUgraphEx
     x->steps[i].work = std::move(steps[i].work);
     x->steps[i].enabled = steps[i].enabled;
   }
+  if (x->conditional) x->handles = conditional_handles(*g);
   x->planned = false;
   return CUDA_SUCCESS;
 }
@@ -247,9 +265,12 @@ CUresult exec_set_child(CUgraphExec hx, CUgraphNode node, CUgraph child) {
   return CUDA_SUCCESS;
 }
 
+}  // namespace
+
 // Appends `w`'s device work to `out` if the worker can run all of it without
-// the guest: a kernel with a plain launch configuration, a byte-pattern memset
-// or a copy between device allocations. False leaves `out` as it was.
+// the guest: a kernel with a plain launch configuration, a byte-pattern memset,
+// a copy between device allocations, or a conditional node of those. False
+// leaves `out` as it was, except after a conditional's (then unusable).
 bool device_steps(ordo::Client* c, const NodeWork& w, GraphStepWriter* out) {
   switch (w.type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
@@ -294,8 +315,31 @@ bool device_steps(ordo::Client* c, const NodeWork& w, GraphStepWriter* out) {
       for (const CopyStep& r : rows) out->copy(r);
       return true;
     }
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: return conditional_steps(c, w, out);
     default: return false;
   }
+}
+
+namespace {
+
+// An exec with conditional nodes is one worker program: its handles, then
+// every step. A handle's value lives for the whole launch, so the steps
+// cannot be split around work the guest replays. False if a step is not
+// device work (or the worker refuses the program).
+bool plan_program(ordo::Client* c, GraphExec* x) {
+  GraphStepWriter run;
+  for (const HandleStep& h : x->handles) run.handle(h);
+  for (const ExecStep& st : x->steps) {
+    if (!st.enabled || st.work.type == CU_GRAPH_NODE_TYPE_EMPTY || st.work.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
+        st.work.type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+      continue;
+    if (!device_steps(c, st.work, &run)) return false;
+  }
+  uint32_t id = 0;
+  if (run.bytes().size() > kMaxGraphBytes || !ok(c->graph_create(run.bytes().data(), run.bytes().size(), &id)))
+    return false;
+  x->plan.push_back({id, 0});
+  return true;
 }
 
 // The exec's plan: consecutive device steps become one worker graph each;
@@ -304,6 +348,11 @@ void make_plan(ordo::Client* c, GraphExec* x) {
   for (const PlanItem& p : x->plan)
     if (p.graph) c->graph_destroy(p.graph);
   x->plan.clear();
+  x->planned = true;
+  if (x->conditional) {
+    x->plan_failed = !plan_program(c, x);
+    return;
+  }
   GraphStepWriter run;
   std::vector<size_t> in_run;  // the steps in `run`: replayed if the worker does not take it
   auto flush = [&] {
@@ -391,6 +440,7 @@ CUresult run_work(const NodeWork& w, CUstream stream, bool per_thread) {
     case CU_GRAPH_NODE_TYPE_HOST: return launch_host_func(stream, w.host.fn, w.host.userData, per_thread);
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return event_record(w.event, stream, per_thread);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return stream_wait_event(stream, w.event, 0, per_thread);
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: return CUDA_ERROR_NOT_SUPPORTED;  // only the device decides it (plan_program)
     default: return CUDA_SUCCESS;  // empty
   }
 }
@@ -416,6 +466,8 @@ CUresult graph_launch(CUgraphExec hx, CUstream stream, bool per_thread) {
       // Its memory nodes would become a second graph's: CUDA nests such graphs only by moving them.
       std::lock_guard lock(graph_mutex());
       if (capturing_graph(s) && !x->memory_steps().empty()) return CUDA_ERROR_NOT_SUPPORTED;
+      // Its conditional nodes would need handles of the graph being captured.
+      if (capturing_graph(s) && x->conditional) return CUDA_ERROR_NOT_SUPPORTED;
     }
     bool captured = false;
     for (const ExecStep& st : x->steps)
@@ -431,6 +483,16 @@ CUresult graph_launch(CUgraphExec hx, CUstream stream, bool per_thread) {
   if (x->launched && x->last_stream != key)
     if (CUresult e = stream_wait_event(to_stream(s), x->done, 0, false); e != CUDA_SUCCESS) return e;
   if (!x->planned) make_plan(c, x);
+  if (x->plan_failed) {
+    static std::once_flag said;
+    std::call_once(said, [] {
+      std::fprintf(stderr,
+                   "ordo: cuGraphLaunch: a graph with conditional nodes runs on the worker as one program, and this "
+                   "one has work the worker cannot run there (host or event nodes, or copies of host memory); "
+                   "CUDA_ERROR_NOT_SUPPORTED (docs/CUDA.md, CUDA graphs)\n");
+    });
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   for (const PlanItem& p : x->plan) {
     const CUresult e = p.graph ? to_cu(c->graph_launch(p.graph, s)) : run_work(x->steps[p.step].work, to_stream(s), false);
     if (e != CUDA_SUCCESS) return e;

@@ -28,11 +28,14 @@ Graph* graph_of(CUgraph h) {
 }
 
 void forget(Graph* g) {
-  for (auto& n : g->nodes) {
-    live_handles().erase(n.get());
-    if (n->work.child) forget(n->work.child.get());
-  }
+  for (auto& n : g->nodes) forget_node_graphs(n.get());
   live_handles().erase(g);
+}
+
+void forget_node_graphs(GraphNode* n) {
+  live_handles().erase(n);
+  if (n->work.child) forget(n->work.child.get());
+  for (auto& b : n->work.bodies) forget(b.get());
 }
 
 Graph* clone_graph(const Graph& from, std::map<const GraphNode*, GraphNode*>* map) {
@@ -66,6 +69,7 @@ const char* node_type_name(CUgraphNodeType t) {
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return "EVENT_RECORD";
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return "MEM_ALLOC";
     case CU_GRAPH_NODE_TYPE_MEM_FREE: return "MEM_FREE";
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: return "CONDITIONAL";
     default: return "OTHER";
   }
 }
@@ -183,6 +187,7 @@ NodeWork NodeWork::clone() const {
   w.alloc = alloc;
   w.free = free;
   if (child) w.child = embedded_clone(*child);
+  if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL) return conditional_snapshot(*this);
   return w;
 }
 
@@ -238,7 +243,8 @@ CUresult CUDAAPI cuGraphCreate(CUgraph* out, unsigned int flags) {
 CUresult CUDAAPI cuGraphDestroy(CUgraph hg) {
   std::lock_guard lock(graph_mutex());
   Graph* g = graph_of(hg);
-  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  // A child graph node's graph, or a conditional node's body, goes with its node.
+  if (!g || g->embedded) return CUDA_ERROR_INVALID_VALUE;
   delete_graph(g);
   return CUDA_SUCCESS;
 }
@@ -249,6 +255,7 @@ CUresult CUDAAPI cuGraphClone(CUgraph* out, CUgraph hg) {
   const Graph* g = graph_of(hg);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
   if (has_memory_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;  // an allocation belongs to one graph
+  if (has_conditional_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA: such a graph cannot be cloned
   *out = reinterpret_cast<CUgraph>(clone_graph(*g, nullptr));
   return CUDA_SUCCESS;
 }
@@ -329,8 +336,7 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hn) {
   Graph* g = n->graph;
   if (has_memory_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA: its nodes stay
   for (auto& o : g->nodes) o->deps.erase(std::remove(o->deps.begin(), o->deps.end(), n), o->deps.end());
-  live_handles().erase(n);
-  if (n->work.child) forget(n->work.child.get());
+  forget_node_graphs(n);
   g->nodes.erase(std::find_if(g->nodes.begin(), g->nodes.end(), [n](const auto& p) { return p.get() == n; }));
   return CUDA_SUCCESS;
 }
@@ -364,6 +370,11 @@ CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hg, const char* path, unsigned int
       if (n->work.child) {
         std::fprintf(f, "  subgraph cluster_%p {\n", static_cast<const void*>(n.get()));
         self(*n->work.child, self);
+        std::fprintf(f, "  }\n");
+      }
+      for (const auto& b : n->work.bodies) {
+        std::fprintf(f, "  subgraph cluster_%p {\n", static_cast<const void*>(b.get()));
+        self(*b, self);
         std::fprintf(f, "  }\n");
       }
     }

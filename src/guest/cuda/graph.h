@@ -7,6 +7,7 @@
 #pragma once
 
 #include "state.h"  // first: it includes cuda.h
+#include "transport/graph_steps.h"
 #include "transport/launch_shape.h"
 
 #include <cstddef>
@@ -35,6 +36,13 @@ struct NodeWork {
   CUDA_HOST_NODE_PARAMS host{};   // CU_GRAPH_NODE_TYPE_HOST
   CUevent event = nullptr;        // CU_GRAPH_NODE_TYPE_EVENT_RECORD, CU_GRAPH_NODE_TYPE_WAIT_EVENT
   std::unique_ptr<Graph> child;   // CU_GRAPH_NODE_TYPE_GRAPH: the node's own graph
+  // CU_GRAPH_NODE_TYPE_CONDITIONAL (graph_conditional.cc): its handle and
+  // type, and the body graphs it owns; `body_handles` is the phGraph_out array
+  // CUDA promises valid for the node's life.
+  CUgraphConditionalHandle cond = 0;
+  CUgraphConditionalNodeType cond_type = CU_GRAPH_COND_TYPE_IF;
+  std::vector<std::unique_ptr<Graph>> bodies;
+  std::vector<CUgraph> body_handles;
   // CU_GRAPH_NODE_TYPE_MEM_ALLOC and _MEM_FREE: shared with the node's copies in execs.
   std::shared_ptr<GraphAllocation> alloc;
   std::shared_ptr<GraphFree> free;
@@ -72,6 +80,11 @@ struct Graph {
   std::map<UserObject*, unsigned> user_objects;  // references it holds (cuGraphRetainUserObject)
   unsigned live_execs = 0;  // execs made from it: one at most while it has memory nodes
   bool embedded = false;    // a child graph node's own: no memory nodes in it
+  // A conditional node's body: the graph it is in (conditional handles of it
+  // and its ancestors may be used here), and owned by that node.
+  Graph* parent = nullptr;
+  // Conditional handles made for it (cuGraphConditionalHandleCreate): handle -> default value, flags.
+  std::map<CUgraphConditionalHandle, std::pair<unsigned, unsigned>> cond_handles;
 };
 
 // User objects (user_object.cc): `count` references more, or fewer; the last
@@ -89,7 +102,8 @@ std::mutex& graph_mutex();
 std::unordered_set<const void*>& live_handles();
 uint32_t next_graph_id();
 Graph* graph_of(CUgraph h);  // null if not a live graph
-void forget(Graph* g);       // g and its nodes (child graphs too) are no longer live
+void forget(Graph* g);       // g and its nodes (child graphs and bodies too) are no longer live
+void forget_node_graphs(GraphNode* n);  // n, and the graphs it owns, are no longer live
 // A live copy of `from`; *map (optional) takes each node to its copy.
 Graph* clone_graph(const Graph& from, std::map<const GraphNode*, GraphNode*>* map);
 // The work a generic node's parameters describe (cuGraphAddNode, cuGraphNodeSetParams).
@@ -128,6 +142,30 @@ CUresult launch_node_kernel(const NodeWork& w, CUstream stream, bool per_thread)
 bool node_step_shape(const NodeWork& w, uint16_t* flags);
 // Sets n->arg_ptrs to each argument in n's packed bytes, by the kernel's layout (none without one).
 void kernel_arg_pointers(GraphNode* n);
+
+// ---------------------------------------------------------------- conditional nodes (graph_conditional.cc)
+
+// A conditional node's work for graph `g` from its parameters: makes its body
+// graphs and writes their handles to p->phGraph_out.
+CUresult conditional_node_work(Graph* g, CUDA_CONDITIONAL_NODE_PARAMS* p, NodeWork* w);
+// An exec's private copy of a conditional node's work: its bodies copied, registered nowhere.
+NodeWork conditional_snapshot(const NodeWork& w);
+// Whether `g` (or a graph inside it) has conditional nodes: such a graph
+// cannot be cloned, nested, or instantiated twice at once.
+bool has_conditional_nodes(const Graph& g);
+// Under graph_mutex(): why `g` cannot be instantiated for its conditional
+// nodes (CUDA_ERROR_INVALID_VALUE: a body holds a node CUDA forbids there, or
+// a node's handle is not of its graph or an ancestor), else CUDA_SUCCESS.
+CUresult check_conditionals(const Graph& g);
+// The handles of `g` and every body in it, as the worker's kHandle steps.
+std::vector<HandleStep> conditional_handles(const Graph& g);
+// Appends a conditional node's steps (kCond, its bodies) to `out`; false if a
+// body's node is not device work the worker can run (`out` is then unusable).
+bool conditional_steps(ordo::Client* c, const NodeWork& w, GraphStepWriter* out);
+// Whether two conditional nodes' bodies have the same nodes, types and edges (cuGraphExecUpdate).
+bool same_bodies(const NodeWork& a, const NodeWork& b);
+// A node's device work as graph steps (exec.cc); false if the worker cannot run it.
+bool device_steps(ordo::Client* c, const NodeWork& w, GraphStepWriter* out);
 
 // Runs `w` as stream work on `stream` (graph.cc): what a launch does per node.
 CUresult run_work(const NodeWork& w, CUstream stream, bool per_thread);

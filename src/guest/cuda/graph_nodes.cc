@@ -35,6 +35,7 @@ CUresult child_graph_work(CUgraph child, NodeWork* w) {
   const Graph* c = graph_of(child);
   if (!c) return CUDA_ERROR_INVALID_VALUE;
   if (has_memory_nodes(*c)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA nests those only by moving them
+  if (has_conditional_nodes(*c)) return CUDA_ERROR_INVALID_VALUE;  // CUDA: such a graph cannot be a child
   w->type = CU_GRAPH_NODE_TYPE_GRAPH;
   w->child = embedded_clone(*c);
   return CUDA_SUCCESS;
@@ -64,14 +65,16 @@ CUresult work_of(const CUgraphNodeParams* p, NodeWork* w) {
       return w->event ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     case CU_GRAPH_NODE_TYPE_EMPTY: return CUDA_SUCCESS;
     default:
-      // Memory, conditional, batch memory-op and external-semaphore nodes.
-      return CUDA_ERROR_NOT_SUPPORTED;
+      // Memory and conditional nodes (cuGraphAddNode makes them: they need
+      // their graph), batch memory-op and external-semaphore nodes.
+      return p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
   }
 }
 
 namespace {
 
-CUresult add(CUgraphNode* out, CUgraph h, const CUgraphNode* deps, size_t n, NodeWork w) {
+// Moves from `w` only on success.
+CUresult add(CUgraphNode* out, CUgraph h, const CUgraphNode* deps, size_t n, NodeWork&& w) {
   if (!out || (n && !deps)) return CUDA_ERROR_INVALID_VALUE;
   Graph* g = graph_of(h);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
@@ -192,6 +195,15 @@ CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* out, CUgraph g, const CUgraphNod
   if (params && params->type == CU_GRAPH_NODE_TYPE_MEM_FREE) return cuGraphAddMemFreeNode(out, g, deps, n, params->free.dptr);
   std::lock_guard lock(graph_mutex());
   NodeWork w;
+  if (params && params->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+    if (CUresult e = conditional_node_work(graph_of(g), &params->conditional, &w); e != CUDA_SUCCESS) return e;
+    const CUresult e = add(out, g, deps, n, std::move(w));
+    if (e != CUDA_SUCCESS) {
+      for (auto& b : w.bodies) forget(b.get());  // NOLINT(bugprone-use-after-move): add() moves only on success
+      params->conditional.phGraph_out = nullptr;
+    }
+    return e;
+  }
   if (CUresult e = work_of(params, &w); e != CUDA_SUCCESS) return e;
   return add(out, g, deps, n, std::move(w));
 }
@@ -305,7 +317,8 @@ CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec x, CUgraphNode hn, con
 
 CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n) {
   std::lock_guard lock(graph_mutex());
-  return add(out, g, deps, n, NodeWork{});
+  NodeWork w;
+  return add(out, g, deps, n, std::move(w));
 }
 
 // Memory nodes (graph_memory.cc): the allocation is made with its node, so

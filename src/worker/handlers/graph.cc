@@ -1,5 +1,5 @@
 // Graphs: a CUDA graph's device work (kernels, memsets, device-to-device
-// copies) as one GraphLaunch entry. The steps are copied out of the pinned
+// copies, conditional nodes) as one GraphLaunch entry. The steps are copied out of the pinned
 // heap and checked once (GraphCreate); each launch checks what may have
 // changed since, the device ranges and kernel ids, as Launch, Memset and
 // Memcpy do.
@@ -22,6 +22,7 @@ void Worker::op_GraphCreate(const SlotCall& c) {
     log_bad("slot", c.slot, c.seq, "graph steps refused: " + why);
     return reply(c, Status::kInvalidValue);
   }
+  g->control_flow = has_control_flow(g->steps);
   std::lock_guard lock(graphs_mu_);
   if (graphs_.size() >= kMaxGraphs) return reply(c, Status::kMemoryAllocation);
   uint32_t id = next_graph_;
@@ -55,9 +56,35 @@ Status Worker::op_GraphLaunch(const RingCall& c) {
   }
   if (Status s = enter_stream(c); !ok(s)) return s;
   if (faulted()) return Status::kSuccess;  // as Launch: after a kernel fault no device work runs
+  if (g->control_flow) return run_program(c, g);
   for (const GraphStep& st : g->steps)
     if (Status s = run_graph_step(c, st); !ok(s)) return s;
   return Status::kSuccess;
+}
+
+// A graph with conditionals: which bodies run, and how often, only the device
+// knows, so every step's memory is checked now and the backend runs it whole.
+Status Worker::run_program(const RingCall& c, const std::shared_ptr<const Graph>& g) {
+  {
+    const auto lock = read_memory();
+    for (const GraphStep& st : g->steps) {
+      if (st.kind == StepKind::kMemset) {
+        if (Status s = check_device_range(st.memset.dst, st.memset.size); !ok(s)) return s;
+      } else if (st.kind == StepKind::kCopy) {
+        if (Status s = check_device_range(st.copy.dst, st.copy.size); !ok(s)) return s;
+        if (Status s = check_device_range(st.copy.src, st.copy.size); !ok(s)) return s;
+      }
+    }
+  }
+  return backend_.launch_program(c.e.stream, std::shared_ptr<const std::vector<GraphStep>>(g, &g->steps), c.tag);
+}
+
+void Worker::op_GraphCondHandle(const SlotCall& c) {
+  const auto a = decode<Op::GraphCondHandle>(c.e.arg);  // check_entry: < kMaxDevices
+  if (a.device >= backend_.device_count()) return reply(c, Status::kInvalidDevice);
+  uint64_t handle = 0;
+  const Status s = backend_.cond_handle_create(uint32_t(a.device), &handle);
+  reply(c, s, ok(s) ? handle : 0);
 }
 
 Status Worker::run_graph_step(const RingCall& c, const GraphStep& st) {
@@ -84,6 +111,9 @@ Status Worker::run_graph_step(const RingCall& c, const GraphStep& st) {
       if (Status s = check_device_range(st.copy.src, st.copy.size); !ok(s)) return s;
       return backend_.memcpy(c.e.stream, MemOperand{true, st.copy.dst}, MemOperand{true, st.copy.src}, st.copy.size, c.tag);
     }
+    case StepKind::kHandle:
+    case StepKind::kCond:
+    case StepKind::kBody: break;  // control flow: run_program's
   }
   return Status::kInvalidValue;  // parse_graph_steps admits no other kind
 }

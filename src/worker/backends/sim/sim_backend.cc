@@ -67,6 +67,7 @@ Device::Device(uint32_t devices) : devices_(devices), blocking_(devices), destro
 }
 
 Device::~Device() {
+  stopping_.store(true, std::memory_order_relaxed);  // a WHILE node that never ends must not hold the drain
   ipc_stop();  // streams waiting for another process's records give up
   // Drain every stream and join its thread. Loop in case a host callback
   // created a stream meanwhile.

@@ -94,6 +94,12 @@ class Device final : public Backend {
   Status memset(uint32_t stream, uint64_t dst, uint8_t value, uint64_t size,
                 const OpTag& tag) override;
 
+  // Conditional nodes (sim_program.cc): handles unique in the process, and a
+  // graph with conditionals run whole by its stream's thread.
+  Status cond_handle_create(uint32_t device, uint64_t* handle) override;
+  Status launch_program(uint32_t stream, std::shared_ptr<const std::vector<GraphStep>> steps,
+                        const OpTag& tag) override;
+
   // A copy or memset of `size` bytes: run on this thread when its stream is
   // idle and it is short enough not to hold up the worker's other rings.
   Status push_or_run(uint32_t stream, Op&& op, uint64_t size);
@@ -252,6 +258,16 @@ class Device final : public Backend {
   void run(Stream& s);
 
   void execute(Op& op);
+  // launch()'s checks of a kernel, for a launch or a graph's kernel step.
+  Status check_kernel(uint32_t kernel, Dim3 grid, Dim3 block, uint32_t shared_mem, const LaunchShape& shape,
+                      Kernel* fn, std::string_view* missing) const;
+  void run_program(const ProgramOp& p, const OpTag& tag);
+  // A ProgramOp's steps in [at, end), on the stream thread.
+  Status run_steps(const std::vector<GraphStep>& steps, size_t at, size_t end, uint32_t device,
+                   KernelContext::Conditions& conds);
+  Status run_kernel(Kernel fn, std::string_view missing, Dim3 grid, Dim3 block, std::span<const std::byte> args,
+                    uint32_t device, KernelContext::Conditions* conds);
+  std::atomic<bool> stopping_{false};  // the destructor: a WHILE node stops looping
 
   // Interprocess events: stream ops that mark a record done or wait for one
   // in another process, and notifications when one completes (a thread that

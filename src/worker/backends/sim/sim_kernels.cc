@@ -68,6 +68,18 @@ void vec_add(KernelContext& ctx) {
   for (uint64_t i = 0; i < a.n; ++i) z[i] = x[i] + y[i];
 }
 
+void set_conditional(KernelContext& ctx) {
+  const auto a = ctx.args<SetConditionalArgs>();
+  ctx.set_conditional(a.handle, *checked_span<uint32_t>(ctx, a.value, 1));
+}
+
+void cond_countdown(KernelContext& ctx) {
+  const auto a = ctx.args<CondCountdownArgs>();
+  uint64_t* c = checked_span<uint64_t>(ctx, a.counter, 1);
+  if (*c) --*c;
+  ctx.set_conditional(a.handle, *c != 0);
+}
+
 }  // namespace
 
 void register_builtin_kernels() {
@@ -79,6 +91,8 @@ void register_builtin_kernels() {
     register_kernel("ordo_add_u64", &add_u64);
     register_kernel("ordo_stamp", &stamp);
     register_kernel("ordo_vec_add", &vec_add);
+    register_kernel("ordo_set_conditional", &set_conditional);
+    register_kernel("ordo_cond_countdown", &cond_countdown);
   });
 }
 

@@ -23,30 +23,32 @@ std::atomic<uint64_t> g_tick{0};
 
 }  // namespace
 
-Status Device::launch(uint32_t stream, const LaunchParams& p, const OpTag& tag) {
-  Kernel fn = kernel_by_id(p.kernel);
-  std::string_view missing;
-  if (!fn) {
+Status Device::check_kernel(uint32_t kernel, Dim3 grid, Dim3 block, uint32_t shared_mem, const LaunchShape& shape,
+                            Kernel* fn, std::string_view* missing) const {
+  *fn = kernel_by_id(kernel);
+  if (!*fn) {
     Registry& r = registry();
     std::shared_lock lk(r.mu);
-    auto it = r.missing.find(p.kernel);
+    auto it = r.missing.find(kernel);
     if (it == r.missing.end()) return Status::kInvalidDeviceFunction;
-    missing = it->second;  // a map node: stable while the process lives
+    *missing = it->second;  // a map node: stable while the process lives
   }
-  if (p.grid.x == 0 || p.grid.y == 0 || p.grid.z == 0 || p.block.x == 0 || p.block.y == 0 ||
-      p.block.z == 0) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0)
     return Status::kInvalidConfiguration;
-  }
-  if (uint64_t{p.block.x} * p.block.y * p.block.z > kMaxBlockThreads) {
-    return Status::kInvalidConfiguration;
-  }
-  if (p.args_size != 0 && p.args == nullptr) return Status::kInvalidValue;
+  if (uint64_t{block.x} * block.y * block.z > kMaxBlockThreads) return Status::kInvalidConfiguration;
   // A cluster changes nothing a twin computes: it runs the whole grid. A
   // cooperative grid must fit the device at once, as its blocks may wait for each other.
-  if (Status s = check_cluster(p.grid, p.shape.cluster); !ok(s)) return s;
-  if (p.shape.cooperative &&
-      uint64_t{p.grid.x} * p.grid.y * p.grid.z > coresident_blocks(p.block, p.shared_mem))
+  if (Status s = check_cluster(grid, shape.cluster); !ok(s)) return s;
+  if (shape.cooperative && uint64_t{grid.x} * grid.y * grid.z > coresident_blocks(block, shared_mem))
     return Status::kCooperativeLaunchTooLarge;
+  return Status::kSuccess;
+}
+
+Status Device::launch(uint32_t stream, const LaunchParams& p, const OpTag& tag) {
+  Kernel fn = nullptr;
+  std::string_view missing;
+  if (Status s = check_kernel(p.kernel, p.grid, p.block, p.shared_mem, p.shape, &fn, &missing); !ok(s)) return s;
+  if (p.args_size != 0 && p.args == nullptr) return Status::kInvalidValue;
   Op op{tag, LaunchOp{fn, missing, p.grid, p.block, ArgBuf(p.args, p.args_size), 0}};
   std::lock_guard lk(mu_);
   Stream* s = find_stream_locked(stream);
@@ -91,22 +93,10 @@ Status Device::push_or_run(uint32_t stream, Op&& op, uint64_t size) {
 
 void Device::execute(Op& op) {
   if (auto* l = std::get_if<LaunchOp>(&op.body)) {
-    if (!l->fn) {
-      // In stream order, as a GPU reports an image it cannot run.
-      std::fprintf(stderr,
-                   "ordo-worker (sim): kernel %.*s has no host twin, so the sim cannot run it; the launch fails "
-                   "with cudaErrorNoKernelImageForDevice (add a twin with --sim-kernels, or use --backend cuda)\n",
-                   int(l->missing.size()), l->missing.data());
-      return report(op.tag, Status::kNoKernelImage);
-    }
-    KernelContext ctx(*this, l->grid, l->block, l->args.span(), l->device);
-    try {
-      l->fn(ctx);
-    } catch (const KernelError& e) {
-      if (!ok(e.status)) report(op.tag, e.status);
-    } catch (...) {
-      report(op.tag, Status::kLaunchFailure);
-    }
+    if (Status s = run_kernel(l->fn, l->missing, l->grid, l->block, l->args.span(), l->device, nullptr); !ok(s))
+      report(op.tag, s);
+  } else if (auto* g = std::get_if<ProgramOp>(&op.body)) {
+    run_program(*g, op.tag);
   } else if (auto* c = std::get_if<CopyOp>(&op.body)) {
     void* dst = nullptr;
     const void* src = nullptr;
@@ -136,6 +126,28 @@ void Device::execute(Op& op) {
   } else if (auto* h = std::get_if<HostOp>(&op.body)) {
     run_guarded(h->fn);
   }
+}
+
+Status Device::run_kernel(Kernel fn, std::string_view missing, Dim3 grid, Dim3 block, std::span<const std::byte> args,
+                          uint32_t device, KernelContext::Conditions* conds) {
+  if (!fn) {
+    // In stream order, as a GPU reports an image it cannot run.
+    std::fprintf(stderr,
+                 "ordo-worker (sim): kernel %.*s has no host twin, so the sim cannot run it; the launch fails "
+                 "with cudaErrorNoKernelImageForDevice (add a twin with --sim-kernels, or use --backend cuda)\n",
+                 int(missing.size()), missing.data());
+    return Status::kNoKernelImage;
+  }
+  KernelContext ctx(*this, grid, block, args, device);
+  ctx.bind_conditions(conds);
+  try {
+    fn(ctx);
+  } catch (const KernelError& e) {
+    return e.status;  // kSuccess: the kernel chose to end early
+  } catch (...) {
+    return Status::kLaunchFailure;
+  }
+  return Status::kSuccess;
 }
 
 uint64_t KernelContext::tick() const { return g_tick.fetch_add(1, std::memory_order_acq_rel) + 1; }

@@ -82,11 +82,16 @@ struct WaitOp {
 struct HostOp {
   std::function<void()> fn;
 };
+// A graph with conditional nodes, run whole (sim_program.cc).
+struct ProgramOp {
+  std::shared_ptr<const std::vector<GraphStep>> steps;
+  uint32_t device;  // the stream's
+};
 
 
 struct Op {
   OpTag tag;
-  std::variant<LaunchOp, CopyOp, SetOp, RecordOp, WaitOp, HostOp> body;
+  std::variant<LaunchOp, CopyOp, SetOp, RecordOp, WaitOp, HostOp, ProgramOp> body;
 };
 
 // Runs a host function; one that throws must not take the stream thread down.
