@@ -43,6 +43,7 @@ CudaBackend::~CudaBackend() {
     devices_[d].completions.reset();  // answers what it still watches, then stops
   }
   std::lock_guard lk(mu_);
+  drop_programs();
   for (uint32_t i = kMaxDevices; i < kMaxStreams; ++i) {
     if (!streams_[i].handle) continue;
     bind(streams_[i].device);

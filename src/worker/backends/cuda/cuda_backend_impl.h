@@ -164,7 +164,25 @@ class CudaBackend final : public Backend {
 
   Status set_peer_access(uint32_t device, uint32_t peer, bool enable) override;
 
+  // Conditional graph nodes (cuda_graph.cc): a guest's handle is a token of
+  // ours; each program becomes a real CUDA graph, built and instantiated at
+  // its first launch, whose handles are the driver's.
+  Status cond_handle_create(uint32_t device, uint64_t* handle) override;
+  Status launch_program(uint32_t stream, std::shared_ptr<const std::vector<GraphStep>> steps,
+                        const OpTag& tag) override;
+
  private:
+  // A program's real graph, instantiated for one device.
+  struct Program {
+    std::weak_ptr<const std::vector<GraphStep>> steps;  // expired: the worker dropped the graph
+    uint32_t device = 0;
+    CUgraphExec exec = nullptr;
+  };
+  // Under mu_ with `device` current: `steps` as a new exec.
+  Status build_program(const std::vector<GraphStep>& steps, uint32_t device, CUgraphExec* out);
+  Status add_steps(CUgraph g, const std::vector<GraphStep>& steps, size_t at, size_t end, uint32_t device,
+                   const std::vector<std::pair<uint64_t, CUgraphConditionalHandle>>& handles);
+  void drop_programs();  // under mu_: every cached exec (a module unloaded)
   struct StreamEntry {
     cudaStream_t handle = nullptr;  // null: no such stream
     uint32_t device = 0;
@@ -343,6 +361,8 @@ class CudaBackend final : public Backend {
   KernelIds kernel_slots_{KernelIds::kMaxCapacity};      // guarded by mu_
   std::vector<Kernel> kernels_;                          // guarded by mu_; index = kernel_slots_ slot
   std::map<std::pair<uint32_t, std::string>, uint32_t> kernel_ids_;  // guarded by mu_; (module, name) -> id
+  std::map<const void*, Program> programs_;  // guarded by mu_; by the worker's steps
+  std::atomic<uint64_t> cond_tokens_{0};
   std::map<uint64_t, Alloc> allocs_;                     // guarded by mu_; by device address
   std::map<uint64_t, Global> globals_;                   // guarded by mu_; by device address
   std::map<uint64_t, int> vmm_exported_fds_;             // guarded by mu_; by handle, closed at vmm_release

@@ -40,7 +40,14 @@ bool Driver::load(std::string* error) {
          get("cuMemUnmap", 10020, &mem_unmap, false, error) &&
          get("cuMemSetAccess", 10020, &mem_set_access, false, error) &&
          get("cuMemExportToShareableHandle", 10020, &mem_export, false, error) &&
-         get("cuMemImportFromShareableHandle", 10020, &mem_import, false, error);
+         get("cuMemImportFromShareableHandle", 10020, &mem_import, false, error) &&
+         get("cuGraphCreate", 10000, &graph_create, false, error) &&
+         get("cuGraphDestroy", 10000, &graph_destroy, false, error) &&
+         get("cuGraphConditionalHandleCreate", 12030, &graph_cond_handle, false, error) &&
+         get("cuGraphAddNode", 12030, &graph_add_node, false, error) &&
+         get("cuGraphInstantiateWithFlags", 11040, &graph_instantiate, false, error) &&
+         get("cuGraphLaunch", 10000, &graph_launch, false, error) &&
+         get("cuGraphExecDestroy", 10000, &graph_exec_destroy, false, error);
 }
 
 }  // namespace ordo::cuda

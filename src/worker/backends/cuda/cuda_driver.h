@@ -61,6 +61,19 @@ struct Driver {
   // Exporting physical memory to another worker process (optional).
   PFN_cuMemExportToShareableHandle_v10020 mem_export = nullptr;
   PFN_cuMemImportFromShareableHandle_v10020 mem_import = nullptr;
+  // Graphs with conditional nodes (optional: without them guests get 801 at
+  // cuGraphConditionalHandleCreate).
+  PFN_cuGraphCreate_v10000 graph_create = nullptr;
+  PFN_cuGraphDestroy_v10000 graph_destroy = nullptr;
+  PFN_cuGraphConditionalHandleCreate_v12030 graph_cond_handle = nullptr;
+  PFN_cuGraphAddNode_v12030 graph_add_node = nullptr;
+  PFN_cuGraphInstantiateWithFlags_v11040 graph_instantiate = nullptr;
+  PFN_cuGraphLaunch_v10000 graph_launch = nullptr;
+  PFN_cuGraphExecDestroy_v10000 graph_exec_destroy = nullptr;
+  bool has_conditionals() const {
+    return graph_create && graph_destroy && graph_cond_handle && graph_add_node && graph_instantiate &&
+           graph_launch && graph_exec_destroy;
+  }
   bool has_vmm() const {
     return mem_address_reserve && mem_address_free && mem_create && mem_release && mem_map && mem_unmap &&
            mem_set_access;

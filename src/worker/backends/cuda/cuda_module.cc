@@ -56,6 +56,7 @@ Status CudaBackend::module_unload(uint32_t module) {
   if (it == modules_.end()) return Status::kInvalidResourceHandle;
   Module mod = std::move(it->second);
   modules_.erase(it);
+  drop_programs();  // execs hold its functions; built again at their next launch
   // Its kernels' slots are free for reuse; their old ids stop launching (KernelIds).
   auto first = kernel_ids_.lower_bound({module, std::string()}), last = first;
   for (; last != kernel_ids_.end() && last->first.first == module; ++last) {
