@@ -9,7 +9,8 @@
 // waited on, destroyed with waits still pending, re-created). All threads also
 // share the legacy stream and four created streams. Kernels are `ordo_stamp`s
 // (start and end on one clock of the simulated device; one in five launched as
-// a one-kernel graph, a GraphLaunch entry); afterwards every stamp
+// a one-kernel graph, a GraphLaunch entry, half of those inside the body of a
+// conditional node that its default value takes); afterwards every stamp
 // must have run and every pair the program ordered must not overlap:
 //   C1 stream order   same stream, earlier call
 //   C2 event wait     work before the record a wait referred to -> work after the wait
@@ -253,7 +254,25 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
         // As a CUDA graph's launch: one GraphLaunch entry, the graph destroyed
         // at once (the worker keeps it for the launch still in the ring).
         GraphStepWriter w;
-        w.kernel({stamp_k, 0, {1, 1, 1}, {1, 1, 1}, sizeof a, 0}, &a);
+        uint64_t h = 0;
+        if (rng() % 2 == 0 && c->graph_cond_handle(g.device, &h) == Status::kSuccess) {
+          // Half of them with the stamp in the conditional body its handle's
+          // default value picks: the worker runs the graph as one program.
+          const uint32_t shape = uint32_t(rng() % 3);  // IF, IF/ELSE, SWITCH
+          const uint32_t pick = shape == 0 ? 1 : shape == 1 ? uint32_t(rng() % 2) : uint32_t(rng() % 3);
+          const uint32_t bodies = shape == 0 ? 1 : shape == 1 ? 2 : 3;
+          w.handle({h, pick, kCondAssignDefault});
+          w.cond({h, shape == 2 ? uint32_t(CondType::kSwitch) : uint32_t(CondType::kIf), bodies});
+          for (uint32_t b = 0; b < bodies; ++b) {
+            const size_t at = w.begin_body();
+            // The IF's body 0 runs on a nonzero value, its ELSE (body 1) on zero.
+            const bool taken = shape == 2 ? b == pick : shape == 0 ? true : (b == 0) == (pick != 0);
+            if (taken) w.kernel({stamp_k, 0, {1, 1, 1}, {1, 1, 1}, sizeof a, 0}, &a);
+            w.end_body(at);
+          }
+        } else {
+          w.kernel({stamp_k, 0, {1, 1, 1}, {1, 1, 1}, sizeof a, 0}, &a);
+        }
         uint32_t graph = 0;
         GEN_OK(c->graph_create(w.bytes().data(), w.bytes().size(), &graph));
         GEN_OK(c->graph_launch(graph, g.s));
