@@ -57,6 +57,25 @@ class CheckingBackend final : public NullBackend {
     host(reinterpret_cast<uintptr_t>(p.args), p.args_size);
     return Status::kSuccess;
   }
+  // A program reaches a backend parsed (its bodies nested inside their
+  // conditionals, every conditional's handle declared), its memory checked.
+  Status cond_handle_create(uint32_t device, uint64_t* handle) override {
+    if (device >= device_count()) __builtin_trap();
+    *handle = ++handles_;
+    return Status::kSuccess;
+  }
+  Status launch_program(uint32_t, std::shared_ptr<const std::vector<GraphStep>> steps, const OpTag&) override {
+    std::lock_guard lock(mu_);
+    if (!steps || steps->empty() || !has_control_flow(*steps)) __builtin_trap();
+    for (size_t i = 0; i < steps->size(); ++i) {
+      const GraphStep& st = (*steps)[i];
+      if (st.kind == StepKind::kMemset) device(st.memset.dst, st.memset.size);
+      if (st.kind == StepKind::kCopy) device(st.copy.dst, st.copy.size), device(st.copy.src, st.copy.size);
+      if ((st.kind == StepKind::kCond || st.kind == StepKind::kBody) && (st.end <= i || st.end > steps->size()))
+        __builtin_trap();
+    }
+    return Status::kSuccess;
+  }
   // Only requests that keep cuda.h's rules reach a backend (a driver reads
   // `rank` entries of each array).
   Status tensor_map_encode(uint32_t device, const TensorMapRequest& r, std::byte* out) override {
@@ -340,6 +359,7 @@ class CheckingBackend final : public NullBackend {
   std::map<uint64_t, uint64_t> allocs_;
   std::multimap<uint32_t, uint64_t> globals_;  // module -> its variables' addresses
   std::set<uint32_t> streams_, events_, modules_;
+  std::atomic<uint64_t> handles_{0};
   bool peer_[kMaxDevices][kMaxDevices] = {};
   uint64_t next_ = kDeviceBase;
   std::map<uint64_t, uint64_t> reserved_, physical_;            // address -> size, handle -> size

@@ -85,6 +85,24 @@ seeds.update({
  'virtual memory left mapped when the session ends': grow+poll(),
  'virtual memory forged: handles never given, ranges never reserved, half a mapping': grow+vmm('VmmMap',3*G,G,9)+vmm('VmmMap',7*G,G,1)+vmm('VmmMap',G,G,1)+vmm('VmmUnmap',G,G//2)+vmm('VmmUnmap',3*G,G)+vmm('VmmSetAccess',G,3*G,1,3)+vmm('VmmAddressFree',G,4*G)+vmm('VmmCreate',G,40)+vmm('VmmRelease',77)+poll(),
 })
+# Conditional programs: a handle from GraphCondHandle (the checking backend's
+# first is 1), declared by a kHandle step, an IF with a memset body holding a
+# WHILE with a kernel body, a SWITCH; and the refused: an undeclared handle, a
+# body past its conditional, a WHILE with two bodies.
+def step(k, body): return struct.pack('<II',k,len(body))+body
+def handle(h, default=1, flags=1): return step(4, struct.pack('<QII', h, default, flags))
+def cond(h, t, n): return step(5, struct.pack('<QII', h, t, n))
+def body(n): return step(6, struct.pack('<II', n, 0))
+kern=step(1, struct.pack('<II6III', 3, 0, 1,1,1, 1,1,1, 8, 0)+b'\x01\0\0\0\0\0\0\0')
+mset=step(2, struct.pack('<QQQ', DEV, 5, 64))
+cond_handle=slot_req('GraphCondHandle',[arg_small(0)]+[arg_small(0)]*5)+poll()
+nested=handle(1)+cond(1,0,2)+body(4)+mset+cond(1,1,1)+body(1)+kern+body(0)+cond(1,2,3)+body(1)+mset+body(0)+body(1)+kern
+seeds.update({
+ 'conditionals: IF/ELSE holding a WHILE, a SWITCH, launched twice': malloc+poll()+cond_handle+graph_create(nested)+poll()+stream+poll()+launch(1)+launch(1)+poll()+destroy(1,2)+poll(),
+ 'conditionals: a handle never declared, a body past its end, a WHILE of two bodies': malloc+poll()+cond_handle+graph_create(cond(1,0,1)+body(0))+poll()+graph_create(handle(1)+cond(1,0,1)+body(5)+mset)+poll()+graph_create(handle(1)+cond(1,1,2)+body(0)+body(0))+poll(),
+ 'conditionals: a body memset outside any allocation': cond_handle+graph_create(handle(1,0)+cond(1,0,1)+body(1)+mset)+poll()+stream+launch(1)+poll(),
+ 'conditionals: handles of devices past the count': slot_req('GraphCondHandle',[arg_small(5)]+[arg_small(0)]*5)+poll()+slot_req('GraphCondHandle',[arg_small(1)]+[arg_small(0)]*5)+poll(),
+})
 out=sys.argv[1]
 for name,data in seeds.items():
     h=hashlib.sha1(data).hexdigest()
