@@ -102,8 +102,9 @@ Status Memory::ipc_open(const Client::IpcToken& tok, uint64_t* device_addr, uint
   uint64_t r1 = 0;
   const Status s = threads_.call(e, device_addr, &r1);
   if (ok(s)) {
-    *size = r1 & ((uint64_t{1} << 56) - 1);
-    *device = uint32_t(r1 >> 56);
+    const SizeAndDevice x = SizeAndDevice::of(r1);
+    *size = x.size;
+    *device = x.device;
   }
   return threads_.finish_own(t, s);
 }
@@ -121,8 +122,9 @@ Status Memory::ipc_open_vmm(const Client::IpcToken& tok, uint64_t* handle, uint6
   uint64_t r1 = 0;
   const Status s = threads_.call(make_entry<Op::IpcOpenVmm>({.token = tok.word, .secret = tok.secret}), handle, &r1);
   if (ok(s)) {
-    *size = r1 & ((uint64_t{1} << 56) - 1);
-    *device = uint32_t(r1 >> 56);
+    const SizeAndDevice x = SizeAndDevice::of(r1);
+    *size = x.size;
+    *device = x.device;
   }
   return threads_.finish_own(t, s);
 }

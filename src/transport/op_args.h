@@ -136,6 +136,14 @@ template <> struct Args<Op::IpcOpenVmm> {
   uint64_t token, secret;
   ORDO_ARGS(token, secret)
 };
+// IpcOpenMem's and IpcOpenVmm's result1: the memory's size and its device, in one word.
+struct SizeAndDevice {
+  uint64_t size;
+  uint32_t device;
+  static constexpr uint64_t kSizeMask = (uint64_t{1} << 56) - 1;
+  uint64_t word() const { return (size & kSizeMask) | uint64_t(device) << 56; }
+  static SizeAndDevice of(uint64_t w) { return {w & kSizeMask, uint32_t(w >> 56)}; }
+};
 template <> struct Args<Op::KernelLookup> {
   uint64_t module;  // 0: kernels the backend knows by name; the name is in the payload
   ORDO_ARGS(module)

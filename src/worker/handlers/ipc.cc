@@ -86,7 +86,7 @@ void Worker::op_IpcOpenMem(const SlotCall& c) {
     if (imp.token.word != t.word || imp.token.secret != t.secret) continue;
     if (Status st = reach(uint32_t(a.device), imp.device); !ok(st)) return reply(c, st);
     ++imp.refs;
-    return reply(c, Status::kSuccess, addr, imp.size | uint64_t(imp.device) << 56);
+    return reply(c, Status::kSuccess, addr, SizeAndDevice{imp.size, imp.device}.word());
   }
   IpcExport x;
   if (Status st = find_export(*opt_.ipc, opt_.partition, t, IpcKind::kMemory, &x); !ok(st)) return reply(c, st);
@@ -102,7 +102,7 @@ void Worker::op_IpcOpenMem(const SlotCall& c) {
     const auto lock = write_memory();
     ipc_imports_[addr] = {x.size, peer, 1, t};
   }
-  reply(c, Status::kSuccess, addr, x.size | uint64_t(peer) << 56);
+  reply(c, Status::kSuccess, addr, SizeAndDevice{x.size, peer}.word());
 }
 
 void Worker::op_IpcCloseMem(const SlotCall& c) {
@@ -158,7 +158,7 @@ void Worker::op_IpcOpenVmm(const SlotCall& c) {
   }
   const auto lock = write_memory();
   const uint64_t h = vmm_.add_physical({.backend_handle = backend_handle, .device = x.device, .size = x.size});
-  reply(c, Status::kSuccess, h, x.size | uint64_t(x.device) << 56);
+  reply(c, Status::kSuccess, h, SizeAndDevice{x.size, x.device}.word());
 }
 
 bool Worker::ipc_vmm_kept(uint64_t backend_handle) {
