@@ -118,8 +118,9 @@ constexpr uint64_t kScratch = 4096;
 
 ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgram& prog) {
   Client* c = &cl;
-  uint32_t stamp_k = 0;
+  uint32_t stamp_k = 0, fill_k = 0;
   GEN_OK(c->kernel_lookup("ordo_stamp", &stamp_k));
+  GEN_OK(c->kernel_lookup("ordo_fill_u32", &fill_k));
   if (uint32_t(std::max(prog.devices, 1)) > c->device_count())
     p.add("the program wants " + std::to_string(prog.devices) + " devices, the worker has " +
           std::to_string(c->device_count()));
@@ -267,7 +268,10 @@ ModelResult run_generated(Client& cl, uint64_t seed, Problems& p, const GenProgr
             const size_t at = w.begin_body();
             // The IF's body 0 runs on a nonzero value, its ELSE (body 1) on zero.
             const bool taken = shape == 2 ? b == pick : shape == 0 ? true : (b == 0) == (pick != 0);
+            // A body that must not run faults if it does: its kernel writes outside every allocation.
+            const sim::FillU32Args bad{0x10, 1, 0, 0};
             if (taken) w.kernel({stamp_k, 0, {1, 1, 1}, {1, 1, 1}, sizeof a, 0}, &a);
+            else w.kernel({fill_k, 0, {1, 1, 1}, {1, 1, 1}, sizeof bad, 0}, &bad);
             w.end_body(at);
           }
         } else {

@@ -267,6 +267,17 @@ TEST(GraphSteps, ConditionalsThatDoNotNestAreRefused) {
     }
     for (auto it = open.rbegin(); it != open.rend(); ++it) w.end_body(*it);
     refused(w, "conditionals nested too deep");
+    GraphStepWriter ok;  // kMaxCondDepth itself is fine
+    ok.handle({0x11, 0, 0});
+    open.clear();
+    for (uint32_t d = 0; d < kMaxCondDepth; ++d) {
+      ok.cond({0x11, uint32_t(CondType::kIf), 1});
+      open.push_back(ok.begin_body());
+    }
+    for (auto it = open.rbegin(); it != open.rend(); ++it) ok.end_body(*it);
+    std::vector<GraphStep> s;
+    std::string why;
+    EXPECT_TRUE(parse_graph_steps(ok.bytes(), &s, &why)) << why;
   }
 }
 

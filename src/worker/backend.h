@@ -203,6 +203,9 @@ class Backend {
                                 const OpTag& /*tag*/) {
     return Status::kNotSupported;
   }
+  // The session ends: a program's WHILE that its body never ends stops, so
+  // the session's work drains (a GPU's, like a kernel that never ends, does not).
+  virtual void abandon_programs() {}
   // A module image (fatbin or cubin) registered by the guest, copied out of the region.
   virtual Status module_load(uint32_t module, std::span<const std::byte> image) = 0;
   virtual Status module_unload(uint32_t module) = 0;

@@ -63,6 +63,7 @@ void Worker::reset_session() {
   // waiting on records other processes may never complete.
   ipc_revoke_exports();
   backend_.ipc_abandon();
+  backend_.abandon_programs();
   // Let queued device work finish before freeing what it may use.
   std::mutex mu;
   std::condition_variable cv;

@@ -348,6 +348,63 @@ void update() {
   CHECK(cudaFree(data));
 }
 
+// A body's nodes edited through the parent's exec, as XLA updates its
+// command buffers: a kernel's arguments, a node disabled; edges that point
+// from a node to one made before it; an empty ELSE; and a cycle in a body,
+// which instantiation refuses.
+void body_edits() {
+  int* data;
+  CHECK(cudaMalloc(&data, kBytes));
+  CHECK(cudaMemset(data, 0, kBytes));
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  cudaGraphConditionalHandle h;
+  CHECK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
+  std::vector<cudaGraph_t> bodies;
+  cond_node(g, nullptr, 0, h, cudaGraphCondTypeIf, 2, &bodies);  // bodies[1], the ELSE, stays empty
+  int n = kN, ten = 10, one = 1, five = 5;
+  void* b_args[] = {&data, &n, &ten};
+  void* a_args[] = {&data, &n, &one};
+  cudaGraphNode_t b = kernel_node(bodies[0], nullptr, 0, reinterpret_cast<void*>(add), b_args, kN);
+  cudaGraphNode_t a = kernel_node(bodies[0], nullptr, 0, reinterpret_cast<void*>(add), a_args, kN);
+  CHECK(cudaGraphAddDependencies(bodies[0], &a, &b, nullptr, 1));  // a, made after b, runs first
+  cudaGraphExec_t x;
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  CHECK(cudaGraphLaunch(x, 0));
+  CHECK(cudaDeviceSynchronize());
+  EXPECT(read0(data) == 11);
+  cudaKernelNodeParams kp = {};
+  kp.func = reinterpret_cast<void*>(add);
+  kp.gridDim = dim3(1);
+  kp.blockDim = dim3(kN);
+  void* five_args[] = {&data, &n, &five};
+  kp.kernelParams = five_args;
+  CHECK(cudaGraphExecKernelNodeSetParams(x, a, &kp));
+  CHECK(cudaGraphLaunch(x, 0));
+  CHECK(cudaDeviceSynchronize());
+  EXPECT(read0(data) == 26);
+  CHECK(cudaGraphNodeSetEnabled(x, b, 0));
+  unsigned enabled = 1;
+  CHECK(cudaGraphNodeGetEnabled(x, b, &enabled));
+  EXPECT(enabled == 0);
+  CHECK(cudaGraphLaunch(x, 0));
+  CHECK(cudaDeviceSynchronize());
+  EXPECT(read0(data) == 31);
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaGraphDestroy(g));
+
+  CHECK(cudaGraphCreate(&g, 0));
+  CHECK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
+  cond_node(g, nullptr, 0, h, cudaGraphCondTypeIf, 1, &bodies);
+  b = kernel_node(bodies[0], nullptr, 0, reinterpret_cast<void*>(add), b_args, kN);
+  a = kernel_node(bodies[0], &b, 1, reinterpret_cast<void*>(add), a_args, kN);
+  CHECK(cudaGraphAddDependencies(bodies[0], &a, &b, nullptr, 1));  // b -> a -> b
+  EXPECT(cudaGraphInstantiate(&x, g, 0) != cudaSuccess);
+  cudaGetLastError();
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaFree(data));
+}
+
 void CUDART_CB nothing(void*) {}
 
 // What CUDA refuses: bodies of the wrong size, a handle of another graph,
@@ -497,6 +554,7 @@ int main(int argc, char** argv) {
   nested();
   captured_body();
   update();
+  body_edits();
   refused();
   std::printf("%s\n", failures ? "FAILED" : "OK");
   return failures ? 1 : 0;

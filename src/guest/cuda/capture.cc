@@ -256,6 +256,19 @@ void capture_stream_destroyed(ordo::Stream s) {
   delete cap;
 }
 
+void capture_graph_forgotten(Graph* g) {
+  for (auto& [k, cap] : by_stream()) {
+    if (cap->graph != g) continue;
+    // Its nodes are gone with it: nothing may follow them, and the end makes no graph.
+    cap->invalidated = true;
+    cap->owns_graph = false;
+    cap->graph = nullptr;
+    for (auto& [stream, deps] : cap->streams) deps.clear();
+  }
+  for (auto& [e, ce] : captured_events())
+    if (ce.capture && ce.capture->graph == nullptr) ce.deps.clear();
+}
+
 void capture_event_destroyed(CUevent e) {
   std::lock_guard lock(graph_mutex());
   captured_events().erase(reinterpret_cast<uintptr_t>(e));

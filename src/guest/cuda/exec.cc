@@ -68,6 +68,14 @@ struct GraphExec {
   }
 };
 
+// The exec's copy of node `serial` in a conditional's body, or null.
+GraphNode* body_node(GraphExec* x, uint64_t serial) {
+  for (ExecStep& st : x->steps)
+    if (st.work.type == CU_GRAPH_NODE_TYPE_CONDITIONAL)
+      if (GraphNode* n = node_in_bodies(st.work, serial)) return n;
+  return nullptr;
+}
+
 GraphExec* live_exec(CUgraphExec h) {
   auto* x = reinterpret_cast<GraphExec*>(h);
   return h && live_handles().count(x) ? x : nullptr;
@@ -397,6 +405,13 @@ CUresult exec_set(CUgraphExec hx, CUgraphNode node, NodeWork w) {
       x->planned = false;
       return CUDA_SUCCESS;
     }
+  // A node of a conditional's body (XLA updates those through the parent's exec).
+  if (GraphNode* in = body_node(x, n->serial)) {
+    w.attrs = std::move(in->work.attrs);
+    in->work = std::move(w);
+    x->planned = false;
+    return CUDA_SUCCESS;
+  }
   return CUDA_ERROR_INVALID_VALUE;  // not a node of the graph this exec was made from
 }
 
@@ -637,6 +652,11 @@ CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hx, CUgraphNode hn, unsigned 
       x->planned = false;
       return CUDA_SUCCESS;
     }
+  if (GraphNode* in = body_node(x, n->serial)) {
+    in->enabled = enabled != 0;
+    x->planned = false;
+    return CUDA_SUCCESS;
+  }
   return CUDA_ERROR_INVALID_VALUE;
 }
 CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hx, CUgraphNode hn, unsigned int* enabled) {
@@ -650,6 +670,10 @@ CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hx, CUgraphNode hn, unsigned 
       *enabled = st.enabled;
       return CUDA_SUCCESS;
     }
+  if (const GraphNode* in = body_node(const_cast<GraphExec*>(x), n->serial)) {
+    *enabled = in->enabled;
+    return CUDA_SUCCESS;
+  }
   return CUDA_ERROR_INVALID_VALUE;
 }
 

@@ -30,6 +30,7 @@ Graph* graph_of(CUgraph h) {
 void forget(Graph* g) {
   for (auto& n : g->nodes) forget_node_graphs(n.get());
   live_handles().erase(g);
+  if (any_capture()) capture_graph_forgotten(g);
 }
 
 void forget_node_graphs(GraphNode* n) {
@@ -42,14 +43,15 @@ Graph* clone_graph(const Graph& from, std::map<const GraphNode*, GraphNode*>* ma
   Graph* g = new_graph();
   std::map<const GraphNode*, GraphNode*> local;
   auto& m = map ? *map : local;
+  // Nodes first, edges after: an edge may come from a node added later (cuGraphAddDependencies).
   for (const auto& n : from.nodes) {
-    std::vector<GraphNode*> deps;
-    for (const GraphNode* d : n->deps) deps.push_back(m.at(d));
-    GraphNode* c = add_node(g, n->work.clone(), deps);
+    GraphNode* c = add_node(g, n->work.clone(), {});
     c->enabled = n->enabled;
     c->origin = n.get();
     m[n.get()] = c;
   }
+  for (const auto& n : from.nodes)
+    for (const GraphNode* d : n->deps) m.at(n.get())->deps.push_back(m.at(d));
   for (auto [o, count] : from.user_objects) retain_user_object(o, count);
   g->user_objects = from.user_objects;
   return g;

@@ -162,6 +162,9 @@ std::vector<HandleStep> conditional_handles(const Graph& g);
 // Appends a conditional node's steps (kCond, its bodies) to `out`; false if a
 // body's node is not device work the worker can run (`out` is then unusable).
 bool conditional_steps(ordo::Client* c, const NodeWork& w, GraphStepWriter* out);
+// An exec's copy of the node numbered `serial` inside a conditional's bodies
+// (at any depth; a child graph's inlined there too), or null.
+GraphNode* node_in_bodies(NodeWork& w, uint64_t serial);
 // Whether two conditional nodes' bodies have the same nodes, types and edges (cuGraphExecUpdate).
 bool same_bodies(const NodeWork& a, const NodeWork& b);
 // A node's device work as graph steps (exec.cc); false if the worker cannot run it.
@@ -218,6 +221,10 @@ bool capture_refuses_legacy(ordo::Client* c, ordo::Stream s, CUresult* r);
 // A stream or event going away: a capture forgets it (an origin's capture ends
 // invalidated, its graph with it).
 void capture_stream_destroyed(ordo::Stream s);
+// Under graph_mutex(): `g` goes (destroyed, or a body whose node went) while
+// a capture records into it (cuStreamBeginCaptureToGraph): that capture ends
+// invalidated.
+void capture_graph_forgotten(Graph* g);
 void capture_event_destroyed(CUevent e);
 // A call that waits for `s` (stream synchronize or query, a synchronous copy):
 // true with *r the error if capture forbids it.

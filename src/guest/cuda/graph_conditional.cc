@@ -63,10 +63,12 @@ std::unique_ptr<Graph> snapshot(const Graph& g) {
     } else {
       x->work = n->work.clone();
     }
-    for (const GraphNode* d : n->deps) x->deps.push_back(map.at(d));
     map[n.get()] = x.get();
     c->nodes.push_back(std::move(x));
   }
+  // Edges after every node: one may come from a node added later (cuGraphAddDependencies).
+  for (const auto& n : g.nodes)
+    for (const GraphNode* d : n->deps) map.at(n.get())->deps.push_back(map.at(d));
   return c;
 }
 
@@ -77,6 +79,10 @@ bool handle_reachable(const Graph* g, CUgraphConditionalHandle h) {
 }
 
 CUresult check_graph(const Graph& g, bool in_body) {
+  if (in_body) {
+    std::vector<const GraphNode*> nodes;
+    if (!ordered(g, &nodes)) return CUDA_ERROR_INVALID_VALUE;  // a cycle
+  }
   for (const auto& n : g.nodes) {
     if (in_body && !allowed_in_body(n->work.type)) return CUDA_ERROR_INVALID_VALUE;
     if (n->work.child)
@@ -102,7 +108,7 @@ bool body_steps(ordo::Client* c, const Graph& g, GraphStepWriter* out) {
   std::vector<const GraphNode*> nodes;
   if (!ordered(g, &nodes)) return false;
   for (const GraphNode* n : nodes) {
-    if (n->work.type == CU_GRAPH_NODE_TYPE_EMPTY) continue;
+    if (!n->enabled || n->work.type == CU_GRAPH_NODE_TYPE_EMPTY) continue;
     if (n->work.type == CU_GRAPH_NODE_TYPE_GRAPH) {
       if (!n->work.child || !body_steps(c, *n->work.child, out)) return false;
       continue;
@@ -189,6 +195,18 @@ bool conditional_steps(ordo::Client* c, const NodeWork& w, GraphStepWriter* out)
     out->end_body(at);
   }
   return true;
+}
+
+GraphNode* node_in_bodies(NodeWork& w, uint64_t serial) {
+  for (auto& b : w.bodies)
+    for (auto& n : b->nodes) {
+      if (n->serial == serial) return n.get();
+      if (n->work.child)
+        for (auto& c : n->work.child->nodes)
+          if (c->serial == serial) return c.get();
+      if (GraphNode* in = node_in_bodies(n->work, serial)) return in;
+    }
+  return nullptr;
 }
 
 bool same_bodies(const NodeWork& a, const NodeWork& b) {

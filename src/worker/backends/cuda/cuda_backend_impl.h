@@ -179,9 +179,10 @@ class CudaBackend final : public Backend {
     CUgraphExec exec = nullptr;
   };
   // Under mu_ with `device` current: `steps` as a new exec.
-  Status build_program(const std::vector<GraphStep>& steps, uint32_t device, CUgraphExec* out);
+  // `noop`: the built-in no-op kernel, which an empty body holds.
+  Status build_program(const std::vector<GraphStep>& steps, uint32_t device, uint32_t noop, CUgraphExec* out);
   Status add_steps(CUgraph g, const std::vector<GraphStep>& steps, size_t at, size_t end, uint32_t device,
-                   const std::vector<std::pair<uint64_t, CUgraphConditionalHandle>>& handles);
+                   const std::vector<std::pair<uint64_t, CUgraphConditionalHandle>>& handles, uint32_t noop);
   void drop_programs();  // under mu_: every cached exec (a module unloaded)
   struct StreamEntry {
     cudaStream_t handle = nullptr;  // null: no such stream

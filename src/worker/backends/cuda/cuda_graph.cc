@@ -36,7 +36,8 @@ Status CudaBackend::cond_handle_create(uint32_t device, uint64_t* handle) {
 }
 
 Status CudaBackend::add_steps(CUgraph g, const std::vector<GraphStep>& steps, size_t at, size_t end,
-                              uint32_t device, const std::vector<std::pair<uint64_t, CUgraphConditionalHandle>>& handles) {
+                              uint32_t device, const std::vector<std::pair<uint64_t, CUgraphConditionalHandle>>& handles,
+                              uint32_t noop) {
   CUgraphNode last = nullptr;  // the steps run in order: each node follows the one before
   const CUcontext ctx = devices_[device].ctx;
   auto add = [&](CUgraphNodeParams& p) -> Status {
@@ -127,7 +128,7 @@ Status CudaBackend::add_steps(CUgraph g, const std::vector<GraphStep>& steps, si
         std::vector<CUgraph> bodies(p.conditional.phGraph_out, p.conditional.phGraph_out + st.cond.bodies);
         size_t b = at + 1;
         for (CUgraph body : bodies) {
-          if (Status s = add_steps(body, steps, b + 1, steps[b].end, device, handles); !ok(s)) return s;
+          if (Status s = add_steps(body, steps, b + 1, steps[b].end, device, handles, noop); !ok(s)) return s;
           b = steps[b].end;
         }
         at = st.end;
@@ -136,10 +137,26 @@ Status CudaBackend::add_steps(CUgraph g, const std::vector<GraphStep>& steps, si
     }
     ++at;
   }
+  if (!last) {
+    // An empty body (an ELSE with nothing in it): drivers before 12.8 hang
+    // on a conditional whose body has no node, and some refuse empty nodes
+    // there, so it gets the built-in no-op kernel.
+    uint32_t slot = 0;
+    CUfunction fn = nullptr;
+    if (!kernel_slots_.find(noop, &slot) || kernels_[slot].fn.empty()) return Status::kInvalidDeviceFunction;
+    if (Status s = function_on(kernels_[slot], device, &fn); !ok(s)) return s;
+    CUgraphNodeParams p{};
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    p.kernel.func = fn;
+    p.kernel.gridDimX = p.kernel.gridDimY = p.kernel.gridDimZ = 1;
+    p.kernel.blockDimX = p.kernel.blockDimY = p.kernel.blockDimZ = 1;
+    return add(p);
+  }
   return Status::kSuccess;
 }
 
-Status CudaBackend::build_program(const std::vector<GraphStep>& steps, uint32_t device, CUgraphExec* out) {
+Status CudaBackend::build_program(const std::vector<GraphStep>& steps, uint32_t device, uint32_t noop,
+                                  CUgraphExec* out) {
   CUgraph g = nullptr;
   if (CUresult r = drv_.graph_create(&g, 0); r != CUDA_SUCCESS) return to_status(r);
   std::vector<std::pair<uint64_t, CUgraphConditionalHandle>> handles;
@@ -155,7 +172,7 @@ Status CudaBackend::build_program(const std::vector<GraphStep>& steps, uint32_t 
     }
     handles.emplace_back(st.handle.handle, h);
   }
-  if (ok(s)) s = add_steps(g, steps, 0, steps.size(), device, handles);
+  if (ok(s)) s = add_steps(g, steps, 0, steps.size(), device, handles, noop);
   if (ok(s))
     if (CUresult r = drv_.graph_instantiate(out, g, 0); r != CUDA_SUCCESS) s = to_status(r);
   drv_.graph_destroy(g);  // the exec is a copy
@@ -170,6 +187,8 @@ void CudaBackend::drop_programs() {
 Status CudaBackend::launch_program(uint32_t stream, std::shared_ptr<const std::vector<GraphStep>> steps,
                                    const OpTag& tag) {
   if (!drv_.has_conditionals()) return Status::kNotSupported;
+  uint32_t noop = 0;  // for empty bodies
+  if (Status s = kernel_lookup(0, "ordo_noop", &noop); !ok(s)) return s;
   std::shared_lock unload(unload_mu_);  // its kernels stay loaded until the driver has the launch
   std::lock_guard lk(mu_);
   StreamEntry* st = find_stream(stream);
@@ -185,7 +204,7 @@ Status CudaBackend::launch_program(uint32_t stream, std::shared_ptr<const std::v
   if (!p.exec || p.device != st->device) {
     if (p.exec) drv_.graph_exec_destroy(p.exec);
     p = Program{steps, st->device, nullptr};
-    if (Status s = build_program(*steps, st->device, &p.exec); !ok(s)) {
+    if (Status s = build_program(*steps, st->device, noop, &p.exec); !ok(s)) {
       programs_.erase(steps.get());
       return s;
     }

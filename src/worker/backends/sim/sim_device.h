@@ -99,6 +99,7 @@ class Device final : public Backend {
   Status cond_handle_create(uint32_t device, uint64_t* handle) override;
   Status launch_program(uint32_t stream, std::shared_ptr<const std::vector<GraphStep>> steps,
                         const OpTag& tag) override;
+  void abandon_programs() override { program_epoch_.fetch_add(1, std::memory_order_relaxed); }
 
   // A copy or memset of `size` bytes: run on this thread when its stream is
   // idle and it is short enough not to hold up the worker's other rings.
@@ -263,11 +264,12 @@ class Device final : public Backend {
                       Kernel* fn, std::string_view* missing) const;
   void run_program(const ProgramOp& p, const OpTag& tag);
   // A ProgramOp's steps in [at, end), on the stream thread.
-  Status run_steps(const std::vector<GraphStep>& steps, size_t at, size_t end, uint32_t device,
+  Status run_steps(const std::vector<GraphStep>& steps, size_t at, size_t end, uint32_t device, uint64_t epoch,
                    KernelContext::Conditions& conds);
   Status run_kernel(Kernel fn, std::string_view missing, Dim3 grid, Dim3 block, std::span<const std::byte> args,
                     uint32_t device, KernelContext::Conditions* conds);
   std::atomic<bool> stopping_{false};  // the destructor: a WHILE node stops looping
+  std::atomic<uint64_t> program_epoch_{0};  // abandon_programs: WHILE nodes launched before stop looping
 
   // Interprocess events: stream ops that mark a record done or wait for one
   // in another process, and notifications when one completes (a thread that

@@ -52,7 +52,7 @@ Status Device::launch_program(uint32_t stream, std::shared_ptr<const std::vector
   std::lock_guard lk(mu_);
   Stream* s = find_stream_locked(stream);
   if (!s) return Status::kInvalidResourceHandle;
-  push_locked(*s, Op{tag, ProgramOp{std::move(steps), s->device}});
+  push_locked(*s, Op{tag, ProgramOp{std::move(steps), s->device, program_epoch_.load(std::memory_order_relaxed)}});
   return Status::kSuccess;
 }
 
@@ -62,10 +62,10 @@ void Device::run_program(const ProgramOp& p, const OpTag& tag) {
     if (st.kind == StepKind::kHandle)
       conds.emplace_back(st.handle.handle, st.handle.flags & kCondAssignDefault ? st.handle.default_value : 0);
   // The first failure ends the launch, as a fault ends a GPU's graph.
-  if (Status s = run_steps(*p.steps, 0, p.steps->size(), p.device, conds); !ok(s)) report(tag, s);
+  if (Status s = run_steps(*p.steps, 0, p.steps->size(), p.device, p.epoch, conds); !ok(s)) report(tag, s);
 }
 
-Status Device::run_steps(const std::vector<GraphStep>& steps, size_t at, size_t end, uint32_t device,
+Status Device::run_steps(const std::vector<GraphStep>& steps, size_t at, size_t end, uint32_t device, uint64_t epoch,
                          KernelContext::Conditions& conds) {
   while (at < end) {
     const GraphStep& st = steps[at];
@@ -114,7 +114,12 @@ Status Device::run_steps(const std::vector<GraphStep>& steps, size_t at, size_t 
           while (k--) b = steps[b].end;
           return b;
         };
-        auto run_body = [&](size_t b) { return run_steps(steps, b + 1, steps[b].end, device, conds); };
+        auto run_body = [&](size_t b) { return run_steps(steps, b + 1, steps[b].end, device, epoch, conds); };
+        // Its session going (abandon_programs) or the worker: the loop ends, its launch with it.
+        auto live = [&] {
+          return !stopping_.load(std::memory_order_relaxed) &&
+                 program_epoch_.load(std::memory_order_relaxed) == epoch;
+        };
         Status s = Status::kSuccess;
         switch (CondType(st.cond.type)) {
           case CondType::kIf:
@@ -123,7 +128,7 @@ Status Device::run_steps(const std::vector<GraphStep>& steps, size_t at, size_t 
             break;
           case CondType::kWhile:
             // Decided before each pass, as CUDA's WHILE: a zero value runs no pass.
-            while (ok(s) && *value && !stopping_.load(std::memory_order_relaxed)) s = run_body(body(0));
+            while (ok(s) && *value && live()) s = run_body(body(0));
             break;
           case CondType::kSwitch:
             if (*value < st.cond.bodies) s = run_body(body(*value));

@@ -86,6 +86,7 @@ struct HostOp {
 struct ProgramOp {
   std::shared_ptr<const std::vector<GraphStep>> steps;
   uint32_t device;  // the stream's
+  uint64_t epoch;   // Device::program_epoch_ when launched: a later one stops its WHILEs
 };
 
 
