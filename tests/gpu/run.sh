@@ -150,7 +150,7 @@ driver=$(find "$build/src/guest" -name 'libcuda.so.1' 2>/dev/null | sort | head 
 # Each program, built static and with -cudart shared. `unsupported` calls APIs
 # ordo refuses, so only its ordo run is checked (it must pass).
 progs=()
-for n in basic basic_ptds seed hostfunc props blas unsupported graphs graphs_ptds graph_memory mapped mempool launch_ex tensor_map vmm funcattr ipc vmm_ipc; do
+for n in basic basic_ptds seed hostfunc props blas unsupported graphs graphs_ptds graph_memory mapped mempool launch_ex tensor_map vmm funcattr ipc vmm_ipc conditional; do
   for v in _static ""; do
     [ -x "$build/tests/cuda/$n$v" ] && progs+=("$build/tests/cuda/$n$v")
   done
