@@ -1010,6 +1010,65 @@ void BM_PairedGraphVsLaunches(benchmark::State& state) {
 BENCHMARK(BM_PairedGraphVsLaunches)->Name("paired/graph_vs_launches")->ArgName("kernels")->Arg(1)->Arg(8)->Arg(64)
     ->UseManualTime()->MinTime(kMinTime);
 
+// A graph with a conditional node (an IF its handle's default takes, holding
+// the kernels) vs the same kernels as a plain graph, alternating ABBA as
+// above, on the sim (the null backend runs no programs): what running a
+// program whole costs (the worker checks every step, the sim's stream thread
+// runs it as one op) against step-by-step dispatch.
+void BM_PairedConditionalVsGraph(benchmark::State& state) {
+  const int kernels = int(state.range(0));
+  constexpr int kReps = 64;
+  Env env(Config{.sim = true, .idle_sleep = true}, 1);
+  ordo::Client& c = env.client();
+  const ordo::Stream s = env.stream(0);
+  const Args16 args{1, 2};
+  uint64_t h = 0;
+  if (!ok(c.graph_cond_handle(0, &h))) die("graph_cond_handle failed");
+  ordo::GraphStepWriter plain, cond;
+  cond.handle({h, 1, ordo::kCondAssignDefault});
+  cond.cond({h, uint32_t(ordo::CondType::kIf), 1});
+  const size_t body = cond.begin_body();
+  for (int i = 0; i < kernels; ++i) {
+    plain.kernel({env.kernel(), 0, {1, 1, 1}, {1, 1, 1}, sizeof args, 0}, &args);
+    cond.kernel({env.kernel(), 0, {1, 1, 1}, {1, 1, 1}, sizeof args, 0}, &args);
+  }
+  cond.end_body(body);
+  uint32_t pg = 0, cg = 0;
+  if (!ok(c.graph_create(plain.bytes().data(), plain.bytes().size(), &pg)) ||
+      !ok(c.graph_create(cond.bytes().data(), cond.bytes().size(), &cg)))
+    die("graph_create failed");
+  auto phase = [&](uint32_t graph) {
+    settle(&env);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < kReps; ++r)
+      if (!ok(c.graph_launch(graph, s))) die("graph_launch failed");
+    if (!ok(c.stream_synchronize(s))) die("stream_synchronize failed");
+    return ns_since(t0) / (kReps * kernels);
+  };
+  double cond_ns = 0, plain_ns = 0;
+  bool flip = false;
+  for (auto _ : state) {
+    double a, b;
+    if ((flip = !flip)) {
+      a = phase(cg);
+      b = phase(pg);
+    } else {
+      b = phase(pg);
+      a = phase(cg);
+    }
+    state.SetIterationTime((a + b) * kReps * kernels * 1e-9);
+    cond_ns += a;
+    plain_ns += b;
+  }
+  if (!ok(c.graph_destroy(pg)) || !ok(c.graph_destroy(cg))) die("graph_destroy failed");
+  const double n = double(state.iterations());
+  state.counters["cond_ns_per_kernel"] = cond_ns / n;
+  state.counters["graph_ns_per_kernel"] = plain_ns / n;
+  state.counters["graph_over_cond"] = plain_ns / cond_ns;  // > 1: the conditional program is cheaper per kernel
+}
+BENCHMARK(BM_PairedConditionalVsGraph)->Name("paired/conditional_vs_graph")->ArgName("kernels")->Arg(1)->Arg(8)
+    ->Arg(64)->UseManualTime()->MinTime(kMinTime);
+
 }  // namespace
 
 int main(int argc, char** argv) {
