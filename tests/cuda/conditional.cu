@@ -405,6 +405,52 @@ void body_edits() {
   CHECK(cudaFree(data));
 }
 
+// A kernel in a body launched in clusters (Hopper's cuBLAS kernels are, in
+// XLA's loops too): the node's cluster attribute goes with it. Devices
+// without cluster launches skip it.
+void cluster_in_body() {
+  int cluster = 0;
+  CHECK(cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, 0));
+  if (!cluster) {
+    std::printf("cluster_in_body: SKIP (no cluster launches on device 0)\n");
+    return;
+  }
+  int* data;
+  CHECK(cudaMalloc(&data, kBytes));
+  CHECK(cudaMemset(data, 0, kBytes));
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  cudaGraphConditionalHandle h;
+  CHECK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
+  std::vector<cudaGraph_t> body;
+  cond_node(g, nullptr, 0, h, cudaGraphCondTypeIf, 1, &body);
+  int n = kN, seven = 7;
+  void* args[] = {&data, &n, &seven};
+  cudaGraphNodeParams p = {};
+  p.type = cudaGraphNodeTypeKernel;
+  p.kernel.func = reinterpret_cast<void*>(add);
+  p.kernel.gridDim = dim3(2);
+  p.kernel.blockDim = dim3(kN / 2);
+  p.kernel.kernelParams = args;
+  cudaGraphNode_t k;
+  CHECK(cudaGraphAddNode(&k, body[0], nullptr, nullptr, 0, &p));
+  cudaLaunchAttributeValue v = {};
+  v.clusterDim.x = 2;
+  v.clusterDim.y = 1;
+  v.clusterDim.z = 1;
+  CHECK(cudaGraphKernelNodeSetAttribute(k, cudaLaunchAttributeClusterDimension, &v));
+  cudaGraphExec_t x;
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  CHECK(cudaGraphLaunch(x, 0));
+  CHECK(cudaDeviceSynchronize());
+  std::vector<int> out(kN);
+  CHECK(cudaMemcpy(out.data(), data, kBytes, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < kN; ++i) EXPECT(out[i] == 7);
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaFree(data));
+}
+
 void CUDART_CB nothing(void*) {}
 
 // What CUDA refuses: bodies of the wrong size, a handle of another graph,
@@ -555,6 +601,7 @@ int main(int argc, char** argv) {
   captured_body();
   update();
   body_edits();
+  cluster_in_body();
   refused();
   std::printf("%s\n", failures ? "FAILED" : "OK");
   return failures ? 1 : 0;

@@ -47,7 +47,8 @@ bool Driver::load(std::string* error) {
          get("cuGraphAddNode", 12030, &graph_add_node, false, error) &&
          get("cuGraphInstantiateWithFlags", 11040, &graph_instantiate, false, error) &&
          get("cuGraphLaunch", 10000, &graph_launch, false, error) &&
-         get("cuGraphExecDestroy", 10000, &graph_exec_destroy, false, error);
+         get("cuGraphExecDestroy", 10000, &graph_exec_destroy, false, error) &&
+         get("cuGraphKernelNodeSetAttribute", 11000, &graph_kernel_node_set_attribute, false, error);
 }
 
 }  // namespace ordo::cuda

@@ -70,6 +70,7 @@ struct Driver {
   PFN_cuGraphInstantiateWithFlags_v11040 graph_instantiate = nullptr;
   PFN_cuGraphLaunch_v10000 graph_launch = nullptr;
   PFN_cuGraphExecDestroy_v10000 graph_exec_destroy = nullptr;
+  PFN_cuGraphKernelNodeSetAttribute_v11000 graph_kernel_node_set_attribute = nullptr;  // clusters in programs
   bool has_conditionals() const {
     return graph_create && graph_destroy && graph_cond_handle && graph_add_node && graph_instantiate &&
            graph_launch && graph_exec_destroy;

@@ -57,7 +57,8 @@ Status CudaBackend::add_steps(CUgraph g, const std::vector<GraphStep>& steps, si
         const KernelStep& k = st.kernel;
         LaunchShape shape;
         LaunchShape::decode(k.flags, &shape);
-        if (!shape.plain()) return Status::kNotSupported;  // clusters and cooperative grids: launch() only
+        // Hopper's cuBLAS kernels run in clusters, inside XLA's loops too.
+        if (!shape.plain() && !drv_.graph_kernel_node_set_attribute) return Status::kNotSupported;
         uint32_t slot = 0;
         if (!kernel_slots_.find(k.kernel, &slot) || kernels_[slot].fn.empty()) return Status::kInvalidDeviceFunction;
         Kernel& kernel = kernels_[slot];
@@ -89,6 +90,21 @@ Status CudaBackend::add_steps(CUgraph g, const std::vector<GraphStep>& steps, si
         p.kernel.sharedMemBytes = k.shared_mem;
         p.kernel.extra = size ? extra : nullptr;
         if (Status s = add(p); !ok(s)) return s;  // the driver copied the arguments
+        // As launch() gives them to cuLaunchKernelEx: only what differs from a plain launch.
+        if (shape.blocks_per_cluster() > 1) {
+          CUkernelNodeAttrValue v{};
+          v.clusterDim.x = shape.cluster.x, v.clusterDim.y = shape.cluster.y, v.clusterDim.z = shape.cluster.z;
+          if (CUresult r = drv_.graph_kernel_node_set_attribute(last, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &v);
+              r != CUDA_SUCCESS)
+            return to_status(r);
+        }
+        if (shape.cooperative) {
+          CUkernelNodeAttrValue v{};
+          v.cooperative = 1;
+          if (CUresult r = drv_.graph_kernel_node_set_attribute(last, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &v);
+              r != CUDA_SUCCESS)
+            return to_status(r);
+        }
         break;
       }
       case StepKind::kMemset:
