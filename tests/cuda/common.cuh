@@ -4,8 +4,11 @@
 
 #include <cuda_runtime.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 
 __global__ void slow_copy(const int* in, int* out, int n, unsigned sleep_us) {
   // Wait first, read after: a copy into `in` that jumps the queue is seen.
@@ -22,3 +25,31 @@ __global__ void slow_copy(const int* in, int* out, int n, unsigned sleep_us) {
       std::exit(2);                                                                     \
     }                                                                                   \
   } while (0)
+
+// One round of the seed scenario's two threads: A runs `a` (its work on
+// stream s) and then tells B; B records `ev` on s, makes s2 wait for it, and
+// copies `bytes` of `replacement` into `in` on s2. Returns once both are done.
+template <class A>
+void seed_round(A a, cudaStream_t s, cudaStream_t s2, cudaEvent_t ev, int* in, const int* replacement, size_t bytes) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool launched = false;
+  std::thread ta([&] {
+    a();
+    std::lock_guard lock(mu);
+    launched = true;
+    cv.notify_one();
+  });
+  std::thread tb([&] {
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return launched; });
+    }
+    CHECK(cudaEventRecord(ev, s));
+    CHECK(cudaStreamWaitEvent(s2, ev, 0));
+    CHECK(cudaMemcpyAsync(in, replacement, bytes, cudaMemcpyHostToDevice, s2));
+    CHECK(cudaStreamSynchronize(s2));
+  });
+  ta.join();
+  tb.join();
+}

@@ -556,27 +556,7 @@ int seed_scenario(int iterations, unsigned sleep_us) {
     CHECK(cudaMemcpy(in, original.data(), n * sizeof(int), cudaMemcpyHostToDevice));
     CHECK(cudaMemset(out, 0, n * sizeof(int)));
     CHECK(cudaDeviceSynchronize());
-    std::mutex mu;
-    std::condition_variable cv;
-    bool launched = false;
-    std::thread a([&] {
-      CHECK(cudaGraphLaunch(exec, s));
-      std::lock_guard lock(mu);
-      launched = true;
-      cv.notify_one();
-    });
-    std::thread b([&] {
-      {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return launched; });
-      }
-      CHECK(cudaEventRecord(ev, s));
-      CHECK(cudaStreamWaitEvent(s2, ev, 0));
-      CHECK(cudaMemcpyAsync(in, replacement.data(), n * sizeof(int), cudaMemcpyHostToDevice, s2));
-      CHECK(cudaStreamSynchronize(s2));
-    });
-    a.join();
-    b.join();
+    seed_round([&] { CHECK(cudaGraphLaunch(exec, s)); }, s, s2, ev, in, replacement.data(), n * sizeof(int));
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaMemcpy(result.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
     if (result != original || read0(counter) != 0) ++violations;

@@ -54,32 +54,16 @@ int main(int argc, char** argv) {
     CHECK(cudaMemset(out, 0, n * sizeof(int)));
     CHECK(cudaDeviceSynchronize());
 
-    std::mutex mu;
-    std::condition_variable cv;
-    bool launched = false;
-    std::thread a([&] {
-      if (graph) {
-        CHECK(cudaGraphLaunch(exec, s));
-      } else {
-        slow_copy<<<1, 256, 0, s>>>(in, out, n, sleep_us);
-        CHECK(cudaGetLastError());
-      }
-      std::lock_guard lock(mu);
-      launched = true;
-      cv.notify_one();
-    });
-    std::thread b([&] {
-      {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return launched; });
-      }
-      CHECK(cudaEventRecord(ev, s));
-      CHECK(cudaStreamWaitEvent(s2, ev, 0));
-      CHECK(cudaMemcpyAsync(in, replacement.data(), n * sizeof(int), cudaMemcpyHostToDevice, s2));
-      CHECK(cudaStreamSynchronize(s2));
-    });
-    a.join();
-    b.join();
+    seed_round(
+        [&] {
+          if (graph) {
+            CHECK(cudaGraphLaunch(exec, s));
+          } else {
+            slow_copy<<<1, 256, 0, s>>>(in, out, n, sleep_us);
+            CHECK(cudaGetLastError());
+          }
+        },
+        s, s2, ev, in, replacement.data(), n * sizeof(int));
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaMemcpy(result.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
     if (result != original) ++violations;
