@@ -266,6 +266,10 @@ class Device final : public Backend {
   // A ProgramOp's steps in [at, end), on the stream thread.
   Status run_steps(const std::vector<GraphStep>& steps, size_t at, size_t end, uint32_t device, uint64_t epoch,
                    KernelContext::Conditions& conds);
+  // A copy's or memset's bytes, on the stream thread: kInvalidDevicePointer
+  // if a device operand is no longer memory (freed while queued).
+  Status run_copy(const CopyOp& c);
+  Status run_set(const SetOp& m);
   Status run_kernel(Kernel fn, std::string_view missing, Dim3 grid, Dim3 block, std::span<const std::byte> args,
                     uint32_t device, KernelContext::Conditions* conds);
   std::atomic<bool> stopping_{false};  // the destructor: a WHILE node stops looping

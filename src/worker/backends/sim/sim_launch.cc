@@ -98,27 +98,9 @@ void Device::execute(Op& op) {
   } else if (auto* g = std::get_if<ProgramOp>(&op.body)) {
     run_program(*g, op.tag);
   } else if (auto* c = std::get_if<CopyOp>(&op.body)) {
-    void* dst = nullptr;
-    const void* src = nullptr;
-    std::shared_ptr<const void> dst_pin, src_pin;
-    if (c->dst.device) {
-      if (!ok(lookup(c->dst.addr, c->size, &dst, &dst_pin))) return report(op.tag, Status::kInvalidDevicePointer);
-    } else {
-      dst = reinterpret_cast<void*>(static_cast<uintptr_t>(c->dst.addr));
-    }
-    if (c->src.device) {
-      void* p = nullptr;
-      if (!ok(lookup(c->src.addr, c->size, &p, &src_pin))) return report(op.tag, Status::kInvalidDevicePointer);
-      src = p;
-    } else {
-      src = reinterpret_cast<const void*>(static_cast<uintptr_t>(c->src.addr));
-    }
-    device_copy(dst, src, c->size);
+    if (Status st = run_copy(*c); !ok(st)) report(op.tag, st);
   } else if (auto* m = std::get_if<SetOp>(&op.body)) {
-    void* dst = nullptr;
-    std::shared_ptr<const void> pin;
-    if (!ok(lookup(m->dst, m->size, &dst, &pin))) return report(op.tag, Status::kInvalidDevicePointer);
-    device_fill(dst, m->value, m->size);
+    if (Status st = run_set(*m); !ok(st)) report(op.tag, st);
   } else if (auto* r = std::get_if<RecordOp>(&op.body)) {
     r->cap->time = std::chrono::steady_clock::now();
   } else if (auto* w = std::get_if<WaitOp>(&op.body)) {
@@ -126,6 +108,34 @@ void Device::execute(Op& op) {
   } else if (auto* h = std::get_if<HostOp>(&op.body)) {
     run_guarded(h->fn);
   }
+}
+
+Status Device::run_copy(const CopyOp& c) {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::shared_ptr<const void> dst_pin, src_pin;
+  if (c.dst.device) {
+    if (!ok(lookup(c.dst.addr, c.size, &dst, &dst_pin))) return Status::kInvalidDevicePointer;
+  } else {
+    dst = reinterpret_cast<void*>(static_cast<uintptr_t>(c.dst.addr));
+  }
+  if (c.src.device) {
+    void* p = nullptr;
+    if (!ok(lookup(c.src.addr, c.size, &p, &src_pin))) return Status::kInvalidDevicePointer;
+    src = p;
+  } else {
+    src = reinterpret_cast<const void*>(static_cast<uintptr_t>(c.src.addr));
+  }
+  device_copy(dst, src, c.size);
+  return Status::kSuccess;
+}
+
+Status Device::run_set(const SetOp& m) {
+  void* dst = nullptr;
+  std::shared_ptr<const void> pin;
+  if (!ok(lookup(m.dst, m.size, &dst, &pin))) return Status::kInvalidDevicePointer;
+  device_fill(dst, m.value, m.size);
+  return Status::kSuccess;
 }
 
 Status Device::run_kernel(Kernel fn, std::string_view missing, Dim3 grid, Dim3 block, std::span<const std::byte> args,

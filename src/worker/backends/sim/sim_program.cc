@@ -87,24 +87,14 @@ Status Device::run_steps(const std::vector<GraphStep>& steps, size_t at, size_t 
           return s;
         break;
       }
-      case StepKind::kMemset: {
+      case StepKind::kMemset:
         if (!st.memset.size) break;
-        void* dst = nullptr;
-        std::shared_ptr<const void> pin;
-        if (!ok(lookup(st.memset.dst, st.memset.size, &dst, &pin))) return Status::kInvalidDevicePointer;
-        device_fill(dst, uint8_t(st.memset.value), st.memset.size);
+        if (Status s = run_set({st.memset.dst, st.memset.size, uint8_t(st.memset.value)}); !ok(s)) return s;
         break;
-      }
-      case StepKind::kCopy: {
+      case StepKind::kCopy:
         if (!st.copy.size) break;
-        void *dst = nullptr, *src = nullptr;
-        std::shared_ptr<const void> dst_pin, src_pin;
-        if (!ok(lookup(st.copy.dst, st.copy.size, &dst, &dst_pin)) ||
-            !ok(lookup(st.copy.src, st.copy.size, &src, &src_pin)))
-          return Status::kInvalidDevicePointer;
-        device_copy(dst, src, st.copy.size);
+        if (Status s = run_copy({{true, st.copy.dst}, {true, st.copy.src}, st.copy.size}); !ok(s)) return s;
         break;
-      }
       case StepKind::kCond: {
         const uint32_t* value = find(conds, st.cond.handle);  // parse_graph_steps: declared
         if (!value) return Status::kInvalidValue;
