@@ -294,6 +294,10 @@ class CudaBackend final : public Backend {
   // Requires mu_ and `device` current: kernel k's function on `device`.
   Status function_on(Kernel& k, uint32_t device, CUfunction* out);
   Status launch_needs(Kernel& k, uint32_t device, CUfunction fn, const LaunchParams& p);  // under mu_
+  // Requires mu_ and `device` current: p.kernel's function on `device`,
+  // raised to what `p` needs (launch_needs), and the argument bytes the
+  // driver will read (*size). A launch's and a graph program's kernel step's.
+  Status kernel_for_launch(uint32_t device, const LaunchParams& p, CUfunction* fn, size_t* size);
 
   // Every device's copy; the first error, if any.
   Status unload_everywhere(Module& m);

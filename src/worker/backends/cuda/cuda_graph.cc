@@ -59,21 +59,14 @@ Status CudaBackend::add_steps(CUgraph g, const std::vector<GraphStep>& steps, si
         LaunchShape::decode(k.flags, &shape);
         // Hopper's cuBLAS kernels run in clusters, inside XLA's loops too.
         if (!shape.plain() && !drv_.graph_kernel_node_set_attribute) return Status::kNotSupported;
-        uint32_t slot = 0;
-        if (!kernel_slots_.find(k.kernel, &slot) || kernels_[slot].fn.empty()) return Status::kInvalidDeviceFunction;
-        Kernel& kernel = kernels_[slot];
-        CUfunction fn = nullptr;
-        if (Status s = function_on(kernel, device, &fn); !ok(s)) return s;
         LaunchParams lp;
+        lp.kernel = k.kernel;
+        lp.args_size = k.args_size;
         lp.shared_mem = k.shared_mem;
         lp.shape = shape;
-        if (Status s = launch_needs(kernel, device, fn, lp); !ok(s)) return s;
-        // The driver reads as many parameter bytes as the kernel declares (launch()).
-        size_t size = k.args_size;
-        if (kernel.param_bytes_known) {
-          if (k.args_size < kernel.param_bytes) return Status::kInvalidValue;
-          size = kernel.param_bytes;
-        }
+        CUfunction fn = nullptr;
+        size_t size = 0;
+        if (Status s = kernel_for_launch(device, lp, &fn, &size); !ok(s)) return s;
         std::vector<std::byte> args(st.args, st.args + k.args_size);
         for (size_t off = 0; off + 8 <= args.size(); off += 8) {
           uint64_t word;

@@ -34,6 +34,22 @@ Status CudaBackend::launch_needs(Kernel& k, uint32_t device, CUfunction fn, cons
   return Status::kSuccess;
 }
 
+Status CudaBackend::kernel_for_launch(uint32_t device, const LaunchParams& p, CUfunction* fn, size_t* size) {
+  uint32_t slot = 0;
+  if (!kernel_slots_.find(p.kernel, &slot) || kernels_[slot].fn.empty()) return Status::kInvalidDeviceFunction;
+  Kernel& k = kernels_[slot];
+  // The driver reads as many parameter bytes as the kernel declares: a short
+  // buffer would make it read past the guest's argument bytes.
+  *size = p.args_size;
+  if (k.param_bytes_known) {
+    if (p.args_size < k.param_bytes) return Status::kInvalidValue;
+    *size = k.param_bytes;
+  }
+  if (Status s = function_on(k, device, fn); !ok(s)) return s;
+  // Under mu_: what Kernel records the driver has, so a launch that finds it raised finds the driver raised.
+  return launch_needs(k, device, *fn, p);
+}
+
 Status CudaBackend::launch(uint32_t stream, const LaunchParams& p, const OpTag& tag) {
   if (p.grid.x == 0 || p.grid.y == 0 || p.grid.z == 0 || p.block.x == 0 || p.block.y == 0 || p.block.z == 0 ||
       uint64_t{p.block.x} * p.block.y * p.block.z > kMaxBlockThreads)
@@ -51,19 +67,8 @@ Status CudaBackend::launch(uint32_t stream, const LaunchParams& p, const OpTag& 
     std::lock_guard lk(mu_);
     st = find_stream(stream);
     if (!st) return Status::kInvalidResourceHandle;
-    uint32_t slot = 0;
-    if (!kernel_slots_.find(p.kernel, &slot) || kernels_[slot].fn.empty()) return Status::kInvalidDeviceFunction;
-    Kernel& k = kernels_[slot];
-    // The driver reads as many parameter bytes as the kernel declares: a short
-    // buffer would make it read past the guest's argument bytes.
-    if (k.param_bytes_known) {
-      if (p.args_size < k.param_bytes) return Status::kInvalidValue;
-      size = k.param_bytes;
-    }
     bind(st->device);
-    if (Status s = function_on(k, st->device, &fn); !ok(s)) return s;
-    // Under mu_: what Kernel records the driver has, so a launch that finds it raised finds the driver raised.
-    if (Status s = launch_needs(k, st->device, fn, p); !ok(s)) return s;
+    if (Status s = kernel_for_launch(st->device, p, &fn, &size); !ok(s)) return s;
   }
   // The driver copies the parameters before cuLaunchKernel returns, so the
   // staging bytes may be reused as soon as we are back.
