@@ -877,6 +877,30 @@ void settle(Env* env) {
   if (env && !ok(env->client().null_call())) die("null_call failed");
 }
 
+// Runs phases `a` and `b` once each per iteration, in ABBA order so that
+// drift falls on both alike. Each returns its time per item in ns, over
+// `items` items; the iteration's time is both phases'. Returns the sums of
+// a's and b's results.
+template <class A, class B>
+std::pair<double, double> abba(benchmark::State& state, double items, A a, B b) {
+  double sum_a = 0, sum_b = 0;
+  bool flip = false;
+  for (auto _ : state) {
+    double x, y;
+    if ((flip = !flip)) {
+      x = a();
+      y = b();
+    } else {
+      y = b();
+      x = a();
+    }
+    state.SetIterationTime((x + y) * items * 1e-9);
+    sum_a += x;
+    sum_b += y;
+  }
+  return {sum_a, sum_b};
+}
+
 // Sync null call vs the ping-pong floor, 2000 round trips per phase.
 void BM_PairedSyncVsPingPong(benchmark::State& state) {
   constexpr int kN = 2000;
@@ -931,21 +955,8 @@ template <bool mixed, bool control = false>
 void BM_PairedOrdering(benchmark::State& state) {
   Env on(Config{.blocking = mixed, .idle_sleep = true}, 1);
   Env off(Config{.guest_edges = control, .worker_edges = control, .blocking = mixed, .idle_sleep = true}, 1);
-  double on_ns = 0, off_ns = 0;
-  bool flip = false;
-  for (auto _ : state) {
-    double a, b;
-    if ((flip = !flip)) {
-      a = launch_phase(on, mixed);
-      b = launch_phase(off, mixed);
-    } else {
-      b = launch_phase(off, mixed);
-      a = launch_phase(on, mixed);
-    }
-    state.SetIterationTime((a + b) * 16384 * 1e-9);
-    on_ns += a;
-    off_ns += b;
-  }
+  const auto [on_ns, off_ns] =
+      abba(state, 16384, [&] { return launch_phase(on, mixed); }, [&] { return launch_phase(off, mixed); });
   const double n = double(state.iterations());
   state.counters["on_Mitems_s"] = 1e3 * n / on_ns;
   state.counters["off_Mitems_s"] = 1e3 * n / off_ns;
@@ -955,6 +966,17 @@ BENCHMARK(BM_PairedOrdering<false>)->Name("paired/ordering/independent")->UseMan
 BENCHMARK(BM_PairedOrdering<true>)->Name("paired/ordering/mixed_legacy")->UseManualTime()->MinTime(kMinTime);
 BENCHMARK(BM_PairedOrdering<false, true>)->Name("paired/ordering/independent_control_on_vs_on")
     ->UseManualTime()->MinTime(kMinTime);
+
+// One phase of `reps` launches of worker graph `graph` (of `kernels` kernels)
+// on `s` and the synchronize that ends it: ns per kernel.
+double graph_launches(Env& env, uint32_t graph, ordo::Stream s, int reps, int kernels) {
+  settle(&env);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r)
+    if (!ok(env.client().graph_launch(graph, s))) die("graph_launch failed");
+  if (!ok(env.client().stream_synchronize(s))) die("stream_synchronize failed");
+  return ns_since(t0) / (reps * kernels);
+}
 
 // A CUDA graph's kernels as one GraphLaunch entry vs the same kernels
 // launched one by one, on one stream of one worker, alternating ABBA; each
@@ -970,14 +992,7 @@ void BM_PairedGraphVsLaunches(benchmark::State& state) {
   for (int i = 0; i < kernels; ++i) w.kernel({env.kernel(), 0, {1, 1, 1}, {1, 1, 1}, sizeof args, 0}, &args);
   uint32_t graph = 0;
   if (!ok(c.graph_create(w.bytes().data(), w.bytes().size(), &graph))) die("graph_create failed");
-  auto graph_phase = [&] {
-    settle(&env);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < kReps; ++r)
-      if (!ok(c.graph_launch(graph, s))) die("graph_launch failed");
-    if (!ok(c.stream_synchronize(s))) die("stream_synchronize failed");
-    return ns_since(t0) / (kReps * kernels);
-  };
+  auto graph_phase = [&] { return graph_launches(env, graph, s, kReps, kernels); };
   auto launch_phase = [&] {
     settle(&env);
     const auto t0 = std::chrono::steady_clock::now();
@@ -986,21 +1001,7 @@ void BM_PairedGraphVsLaunches(benchmark::State& state) {
     if (!ok(c.stream_synchronize(s))) die("stream_synchronize failed");
     return ns_since(t0) / (kReps * kernels);
   };
-  double graph_ns = 0, launch_ns = 0;
-  bool flip = false;
-  for (auto _ : state) {
-    double a, b;
-    if ((flip = !flip)) {
-      a = graph_phase();
-      b = launch_phase();
-    } else {
-      b = launch_phase();
-      a = graph_phase();
-    }
-    state.SetIterationTime((a + b) * kReps * kernels * 1e-9);
-    graph_ns += a;
-    launch_ns += b;
-  }
+  const auto [graph_ns, launch_ns] = abba(state, kReps * kernels, graph_phase, launch_phase);
   if (!ok(c.graph_destroy(graph))) die("graph_destroy failed");
   const double n = double(state.iterations());
   state.counters["graph_ns_per_kernel"] = graph_ns / n;
@@ -1037,29 +1038,8 @@ void BM_PairedConditionalVsGraph(benchmark::State& state) {
   if (!ok(c.graph_create(plain.bytes().data(), plain.bytes().size(), &pg)) ||
       !ok(c.graph_create(cond.bytes().data(), cond.bytes().size(), &cg)))
     die("graph_create failed");
-  auto phase = [&](uint32_t graph) {
-    settle(&env);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < kReps; ++r)
-      if (!ok(c.graph_launch(graph, s))) die("graph_launch failed");
-    if (!ok(c.stream_synchronize(s))) die("stream_synchronize failed");
-    return ns_since(t0) / (kReps * kernels);
-  };
-  double cond_ns = 0, plain_ns = 0;
-  bool flip = false;
-  for (auto _ : state) {
-    double a, b;
-    if ((flip = !flip)) {
-      a = phase(cg);
-      b = phase(pg);
-    } else {
-      b = phase(pg);
-      a = phase(cg);
-    }
-    state.SetIterationTime((a + b) * kReps * kernels * 1e-9);
-    cond_ns += a;
-    plain_ns += b;
-  }
+  auto phase = [&](uint32_t graph) { return graph_launches(env, graph, s, kReps, kernels); };
+  const auto [cond_ns, plain_ns] = abba(state, kReps * kernels, [&] { return phase(cg); }, [&] { return phase(pg); });
   if (!ok(c.graph_destroy(pg)) || !ok(c.graph_destroy(cg))) die("graph_destroy failed");
   const double n = double(state.iterations());
   state.counters["cond_ns_per_kernel"] = cond_ns / n;
