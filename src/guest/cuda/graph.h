@@ -167,7 +167,7 @@ bool conditional_steps(ordo::Client* c, const NodeWork& w, GraphStepWriter* out)
 GraphNode* node_in_bodies(NodeWork& w, uint64_t serial);
 // Whether two conditional nodes' bodies have the same nodes, types and edges (cuGraphExecUpdate).
 bool same_bodies(const NodeWork& a, const NodeWork& b);
-// A node's device work as graph steps (exec.cc); false if the worker cannot run it.
+// A node's device work as graph steps (graph_device_steps.cc); false if the worker cannot run it.
 bool device_steps(ordo::Client* c, const NodeWork& w, GraphStepWriter* out);
 
 // Runs `w` as stream work on `stream` (graph.cc): what a launch does per node.
