@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 __global__ void slow_copy(const int* in, int* out, int n, unsigned sleep_us) {
   // Wait first, read after: a copy into `in` that jumps the queue is seen.
@@ -52,4 +53,29 @@ void seed_round(A a, cudaStream_t s, cudaStream_t s2, cudaEvent_t ev, int* in, c
   });
   ta.join();
   tb.join();
+}
+
+// The seed scenario's rounds: each fills `in` (n ints) with fresh input and
+// clears `out`, runs seed_round with the replacement for `in`, and counts a
+// violation when `out` is not that round's input (the work `a` issued read
+// the replacement) or `also_ok()` is false. Returns the violations.
+template <class A, class Ok>
+int seed_rounds(int iterations, int n, int* in, int* out, cudaStream_t s, cudaStream_t s2, cudaEvent_t ev, A a,
+                Ok also_ok) {
+  std::vector<int> original(n), replacement(n), result(n);
+  int violations = 0;
+  for (int it = 0; it < iterations; ++it) {
+    for (int i = 0; i < n; ++i) {
+      original[i] = it * 100000 + i;
+      replacement[i] = -1 - i;
+    }
+    CHECK(cudaMemcpy(in, original.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+    CHECK(cudaMemset(out, 0, n * sizeof(int)));
+    CHECK(cudaDeviceSynchronize());
+    seed_round(a, s, s2, ev, in, replacement.data(), n * sizeof(int));
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemcpy(result.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
+    if (result != original || !also_ok()) ++violations;
+  }
+  return violations;
 }
